@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything the tests need into .venv, then runs lint and the whole suite (browser tests included).
+# Usage: scripts/test.sh [extra pytest args], e.g. scripts/test.sh -m "not slow"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${PIP[@]}" -c constraints.txt -e ".[test,spaces,video,bench]"
+# The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
+# torchvision, which has no build for the CPU torch used here.
+"${PIP[@]}" --no-deps -c constraints.txt "openai-clip==1.0.1"
+
+# Debian's Chromium and ChromeDriver for the browser tests of the Spaces.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/python -m pytest "$@"

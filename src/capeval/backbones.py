@@ -1,0 +1,269 @@
+"""Loading CLIP-family backbones once per process, with the device and dtype policy.
+
+A backbone is a transformers ``CLIPModel`` with its tokenizer and the image-preprocessing constants
+(input size, mean, std) read from the model folder. It is identified by the model id and a revision:
+the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so that a
+score's signature names exactly the weights that produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
+OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
+OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+@dataclass(eq=False)
+class Backbone:
+    """A loaded CLIP model with what encoding needs to use it faithfully.
+
+    Attributes:
+        model: the ``CLIPModel`` in eval mode on ``device`` in ``dtype``.
+        tokenizer: its CLIP tokenizer.
+        model_id: the Hub id or absolute folder path it was loaded from.
+        revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix of the weight files.
+        device: where it runs.
+        dtype: its floating-point type.
+        image_size: square input size of the vision tower (224 for ViT-B/32).
+        image_mean: per-channel normalisation mean.
+        image_std: per-channel normalisation std.
+        context_length: text positions (77 for every released CLIP).
+        weights: free-form tag of extra weights loaded on top (e.g. a PAC-S checkpoint), for signatures.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    model_id: str
+    revision: str
+    device: torch.device
+    dtype: torch.dtype
+    image_size: int
+    image_mean: tuple[float, float, float]
+    image_std: tuple[float, float, float]
+    context_length: int
+    weights: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``model_id@revision``, as written into signatures."""
+        return f"{self.model_id}@{self.revision}"
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.model.config.projection_dim)
+
+    @property
+    def dtype_name(self) -> str:
+        return next(k for k, v in DTYPES.items() if v == self.dtype)
+
+
+_CACHE: dict[tuple, Backbone] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` picks the first GPU if any, else the CPU; a named device must exist.
+
+    Raises:
+        ValueError: unknown device string, or a CUDA device on a machine without one.
+    """
+    if device is None:
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda', 'cuda:1', ... or None") from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU on this machine")
+        index = 0 if dev.index is None else dev.index
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) exist"
+            )
+        dev = torch.device("cuda", index)
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} asked for, but MPS is not available")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"float32"`` (default), ``"float16"`` or ``"bfloat16"``; torch dtypes are accepted too."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"unsupported dtype {dtype}: use one of {sorted(DTYPES)}")
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}: use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _looks_like_path(model: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else is meant as a folder.
+    return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
+
+
+def weights_sha256(folder: Path) -> str:
+    """sha256 over the weight files of a model folder (sorted by name), as a 12-hex-digit tag."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.iterdir() if p.name.endswith((".safetensors", ".bin")))
+    if not files:
+        raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
+    for path in files:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
+    return "sha256:" + digest.hexdigest()[:12]
+
+
+def _offline_help(model: str) -> str:
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    state = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
+    return (
+        f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. "
+        f"Either run once with network access (unset HF_HUB_OFFLINE) so '{model}' is downloaded, "
+        "or pass model='/path/to/a/local/clip/folder' (a folder saved with CLIPModel.save_pretrained, "
+        "with its tokenizer files)."
+    )
+
+
+def _locate(model: str) -> tuple[Path, str]:
+    """Folder holding the model's files and its revision tag, downloading from the Hub if allowed."""
+    local = Path(os.path.expanduser(model))
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ValueError(f"model folder {local} has no config.json: not a transformers model folder")
+        return local.resolve(), weights_sha256(local)
+    if _looks_like_path(model) or local.exists():
+        raise ValueError(f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')")
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    try:
+        config_path = Path(hf_hub_download(model, "config.json"))
+    except HFValidationError as err:
+        raise ValueError(f"model {model!r} is neither a local folder nor a valid Hub id: {err}") from err
+    except RepositoryNotFoundError as err:
+        raise ValueError(f"unknown model {model!r}: no such repository on the Hugging Face Hub") from err
+    except EntryNotFoundError as err:
+        raise ValueError(f"model {model!r} has no config.json: not a transformers model") from err
+    except (LocalEntryNotFoundError, OSError) as err:
+        raise OSError(_offline_help(model)) from err
+    # Hub snapshots live in .../snapshots/<commit>/: the commit is the revision.
+    return config_path.parent, config_path.parent.name[:7]
+
+
+def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, tuple, tuple]:
+    """Input size from the vision config; mean/std from preprocessor_config.json, else OpenAI's."""
+    size = int(config.vision_config.image_size)
+    mean, std = OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+    pre = folder / "preprocessor_config.json"
+    if not pre.is_file() and hub_id is not None:
+        from huggingface_hub import hf_hub_download
+
+        try:
+            pre = Path(hf_hub_download(hub_id, "preprocessor_config.json", revision=folder.name))
+        except Exception:  # noqa: BLE001 - a repo without it uses CLIP's published constants
+            pass
+    if pre.is_file():
+        cfg = json.loads(pre.read_text())
+        mean = tuple(cfg.get("image_mean", mean))
+        std = tuple(cfg.get("image_std", std))
+    return size, mean, std
+
+
+def load_backbone(
+    model: str = DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype = "float32",
+    checkpoint: str | None = None,
+) -> Backbone:
+    """Load a CLIP model once per process and return the cached one afterwards.
+
+    Args:
+        model: Hub id (e.g. ``openai/clip-vit-base-patch32``) or a local transformers folder.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` = first GPU if any, else CPU.
+        dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
+        checkpoint: extra weights loaded over the model (PAC-S); see ``capeval.checkpoints``.
+
+    Raises:
+        ValueError: unknown model, device or dtype, or a folder that is not a CLIP model.
+        OSError: the model is not available offline; the message says how to fix it.
+    """
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be a Hub id or a folder path, got {type(model).__name__}")
+    model = os.fspath(model)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype)
+    folder, revision = _locate(model)
+    model_id = str(folder) if folder.is_dir() and Path(os.path.expanduser(model)).is_dir() else model
+    key = (model_id, revision, str(dev), dt, checkpoint)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        backbone = _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint)
+        _CACHE[key] = backbone
+        return backbone
+
+
+def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Backbone:
+    from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+
+    source = str(folder) if Path(os.path.expanduser(model)).is_dir() else model
+    try:
+        config = CLIPConfig.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
+    if getattr(config, "model_type", None) != "clip":
+        raise ValueError(f"model {model!r} has model_type {config.model_type!r}; capeval needs a CLIP model")
+    try:
+        clip = CLIPModel.from_pretrained(source, config=config)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except OSError as err:
+        if source == model and not Path(model).exists():
+            raise OSError(_offline_help(model)) from err
+        raise
+    weights_tag = None
+    if checkpoint is not None:
+        from capeval.checkpoints import load_checkpoint_into
+
+        weights_tag = load_checkpoint_into(clip, checkpoint)
+    clip.eval().requires_grad_(False)
+    clip.to(device=dev, dtype=dt)
+    size, mean, std = _image_constants(folder, config, None if source == str(folder) else model)
+    return Backbone(
+        model=clip,
+        tokenizer=tokenizer,
+        model_id=model_id,
+        revision=revision,
+        device=dev,
+        dtype=dt,
+        image_size=size,
+        image_mean=mean,
+        image_std=std,
+        context_length=int(config.text_config.max_position_embeddings),
+        weights=weights_tag,
+    )
+
+
+def clear_cache() -> None:
+    """Forget every loaded backbone (tests, or to free memory)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()

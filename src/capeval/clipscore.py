@@ -1,0 +1,180 @@
+"""CLIPScore and RefCLIPScore (Hessel et al., EMNLP 2021) as plain callables.
+
+``CLIPScore(model=...)(predictions, images=...)`` returns the same dict as the evaluate module; the
+module, the CLI, the Spaces and the Trainer hooks are thin layers over these two classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from capeval.backbones import DEFAULT_MODEL, Backbone, load_backbone
+from capeval.encoding import BATCH_SIZE, encode_images, encode_texts
+from capeval.scores import W_CLIP_S, best_reference_cosine, clip_s, ref_clip_s
+from capeval.signature import build_signature
+from capeval.tokenization import PREFIX
+from capeval.validation import check_predictions, check_references, check_same_length
+
+
+def as_embeddings(embeds, n: int, dim: int, name: str) -> torch.Tensor:
+    """Precomputed embeddings (N, D) as an L2-normalised float32 tensor, checked against the model."""
+    if isinstance(embeds, np.ndarray):
+        embeds = torch.from_numpy(np.asarray(embeds, dtype=np.float32))
+    elif isinstance(embeds, (list, tuple)):
+        embeds = torch.as_tensor(np.asarray(embeds, dtype=np.float32))
+    if not isinstance(embeds, torch.Tensor):
+        raise TypeError(f"{name} must be a (N, D) tensor or array, got {type(embeds).__name__}")
+    embeds = embeds.detach().float().cpu()
+    if embeds.ndim != 2 or embeds.shape != (n, dim):
+        raise ValueError(
+            f"{name} has shape {tuple(embeds.shape)}; expected ({n}, {dim}) for {n} predictions and this model"
+        )
+    bad = ~torch.isfinite(embeds).all(dim=1)
+    if bad.any():
+        raise ValueError(f"{name} row {int(torch.nonzero(bad)[0])} holds NaN or inf")
+    return F.normalize(embeds, dim=-1)
+
+
+class CLIPScore:
+    """Reference-free CLIP-S: w * max(cos(E_image, E_text), 0) per caption, corpus score = mean.
+
+    Args:
+        model: CLIP backbone, Hub id or local folder.
+        device: ``None`` = first GPU if any, else CPU.
+        dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
+        batch_size: encoder batch size (halved automatically on GPU out-of-memory).
+        prefix: prompt joined before every caption, as the authors' code does.
+        w: rescaling weight.
+        num_workers: threads reading images ahead of the model.
+        progress: progress bars (``None``: only for long runs on a terminal).
+    """
+
+    name = "clipscore"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str | None = None,
+        dtype: str = "float32",
+        batch_size: int = BATCH_SIZE,
+        prefix: str = PREFIX,
+        w: float = W_CLIP_S,
+        num_workers: int | None = None,
+        progress: bool | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a string, got {type(prefix).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
+        self.batch_size = int(batch_size)
+        self.prefix = prefix
+        self.w = float(w)
+        self.num_workers = num_workers
+        self.progress = progress
+
+    def signature_options(self) -> dict[str, object]:
+        options: dict[str, object] = {"model": self.backbone.name}
+        if self.backbone.weights:
+            options["checkpoint"] = self.backbone.weights
+        options.update(prefix=self.prefix, w=self.w, dtype=self.backbone.dtype_name)
+        return options
+
+    @property
+    def signature(self) -> str:
+        return build_signature(self.name, self.signature_options())
+
+    def image_embeddings(self, images: Sequence | None, image_embeds, n: int) -> torch.Tensor:
+        """(N, D) L2-normalised image embeddings from images or precomputed embeddings (exactly one)."""
+        if (images is None) == (image_embeds is None):
+            raise ValueError("pass exactly one of images= (one per prediction) or image_embeds= (N, D)")
+        if image_embeds is not None:
+            return as_embeddings(image_embeds, n, self.backbone.embed_dim, "image_embeds")
+        check_same_length("images", images, n)
+        return encode_images(
+            self.backbone,
+            images,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            progress=self.progress,
+        )
+
+    def text_embeddings(self, texts: Sequence[str]) -> torch.Tensor:
+        return encode_texts(
+            self.backbone, texts, prefix=self.prefix, batch_size=self.batch_size, progress=self.progress
+        )
+
+    def __call__(self, predictions: Sequence[str], images: Sequence | None = None, image_embeds=None) -> dict:
+        """Score each caption against its image.
+
+        Returns:
+            dict: ``clipscore`` (mean), ``scores`` (per caption, input order), ``signature``.
+        """
+        predictions = check_predictions(predictions)
+        if not predictions:
+            raise ValueError("no predictions to score")
+        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
+        text_emb = self.text_embeddings(predictions)
+        per = clip_s(image_emb, text_emb, w=self.w)
+        return {self.name: float(per.mean()), "scores": per.tolist(), "signature": self.signature}
+
+
+class RefCLIPScore(CLIPScore):
+    """RefCLIP-S: harmonic mean of CLIP-S and the best-reference cosine (Hessel et al. 2021, eq. 2).
+
+    References are embedded with the same prompt prefix as the candidates, as in the authors' code,
+    and the text side is neither clipped nor rescaled unless ``clip_reference_cosine=True`` (the paper's
+    formula). Extra args over ``CLIPScore``: ``clip_reference_cosine``.
+    """
+
+    name = "refclipscore"
+
+    def __init__(self, *args, clip_reference_cosine: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.clip_reference_cosine = bool(clip_reference_cosine)
+
+    def signature_options(self) -> dict[str, object]:
+        return {**super().signature_options(), "clip_reference_cosine": self.clip_reference_cosine}
+
+    def __call__(
+        self,
+        predictions: Sequence[str],
+        references: Sequence[Sequence[str]] | None = None,
+        images: Sequence | None = None,
+        image_embeds=None,
+    ) -> dict:
+        """Score each caption against its image and its references.
+
+        Returns:
+            dict: ``refclipscore`` (mean), ``scores`` (RefCLIP-S per caption), ``clipscore``,
+            ``clipscore_scores``, ``signature``.
+        """
+        predictions = check_predictions(predictions)
+        if not predictions:
+            raise ValueError("no predictions to score")
+        if references is None:
+            raise ValueError(
+                "refclipscore needs references (one list per prediction); use clipscore without them"
+            )
+        references = check_references(references, len(predictions))
+        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
+        flat_refs = [r for refs in references for r in refs]
+        owner = torch.tensor([i for i, refs in enumerate(references) for _ in refs], dtype=torch.long)
+        # One pass over candidates and references together: shared strings are encoded once.
+        text_emb = self.text_embeddings(predictions + flat_refs)
+        cand_emb, ref_emb = text_emb[: len(predictions)], text_emb[len(predictions) :]
+        clip_per = clip_s(image_emb, cand_emb, w=self.w)
+        best = best_reference_cosine(cand_emb, ref_emb, owner, len(predictions))
+        per = ref_clip_s(clip_per, best, clip_reference_cosine=self.clip_reference_cosine)
+        return {
+            self.name: float(per.mean()),
+            "scores": per.tolist(),
+            "clipscore": float(clip_per.mean()),
+            "clipscore_scores": clip_per.tolist(),
+            "signature": self.signature,
+        }

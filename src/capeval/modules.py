@@ -1,0 +1,42 @@
+"""Finding and loading the packaged evaluate modules (``capeval.load("clipscore")``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+METRICS = ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
+
+
+def _module_roots() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    # Wheels carry the modules inside the package; an editable install or a clone reads the repo's metrics/.
+    return [here / "_modules", here.parent.parent / "metrics"]
+
+
+def module_path(name: str) -> Path:
+    """Folder of the evaluate module ``name`` (holding ``<name>.py`` and its metric card).
+
+    Raises:
+        ValueError: unknown metric name, or a module not shipped with this installation.
+    """
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; capeval ships {', '.join(METRICS)}")
+    for root in _module_roots():
+        folder = root / name
+        if (folder / f"{name}.py").is_file():
+            return folder
+    raise ValueError(
+        f"metric {name!r} is not part of this capeval installation (looked in {_module_roots()})"
+    )
+
+
+def load(name: str, **kwargs):
+    """``evaluate.load`` on the packaged module folder: works offline and from any directory.
+
+    Args:
+        name: one of ``capeval.METRICS``.
+        **kwargs: passed to ``evaluate.load`` (``config_name``, ``num_process``, ``process_id``, ...).
+    """
+    import evaluate
+
+    return evaluate.load(str(module_path(name)), **kwargs)

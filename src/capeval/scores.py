@@ -1,0 +1,86 @@
+"""Score formulas on embeddings: pure tensor maths, no I/O, no models.
+
+Every function takes L2-normalised embeddings and returns one value per candidate, so the metric
+modules, the CLI, the Trainer hooks and the benchmarks all share one implementation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+W_CLIP_S = 2.5  # Hessel et al. 2021, sec. 3: rescales CLIP-S of ViT-B/32 to roughly [0, 1]
+W_PAC_S = 2.0  # Sarto et al. 2023, sec. 4: the rescaling weight of PAC-S
+
+
+def clip_s(image_emb: torch.Tensor, text_emb: torch.Tensor, w: float = W_CLIP_S) -> torch.Tensor:
+    """CLIP-S(c, v) = w * max(cos(c, v), 0), row by row.
+
+    Args:
+        image_emb (torch.Tensor): (N, D), L2-normalised.
+        text_emb (torch.Tensor): (N, D), L2-normalised; row i is the caption of image i.
+        w: rescaling weight.
+
+    Returns:
+        torch.Tensor: (N,) float32.
+    """
+    if image_emb.shape != text_emb.shape:
+        raise ValueError(
+            f"image embeddings {tuple(image_emb.shape)} and text embeddings {tuple(text_emb.shape)} differ"
+        )
+    cos = (image_emb.float() * text_emb.float()).sum(dim=-1)
+    return w * cos.clamp(min=0)
+
+
+def best_reference_cosine(
+    cand_emb: torch.Tensor, ref_emb: torch.Tensor, ref_owner: torch.Tensor, n_candidates: int | None = None
+) -> torch.Tensor:
+    """max over its references r of cos(c, r), for every candidate c.
+
+    Args:
+        cand_emb (torch.Tensor): (N, D), L2-normalised.
+        ref_emb (torch.Tensor): (M, D), L2-normalised references of all candidates, flattened.
+        ref_owner (torch.Tensor): (M,) long, the candidate index each reference belongs to.
+        n_candidates: N (defaults to ``len(cand_emb)``); every candidate must own a reference.
+
+    Returns:
+        torch.Tensor: (N,) float32.
+    """
+    n = len(cand_emb) if n_candidates is None else n_candidates
+    owner = ref_owner.long()
+    cos = (cand_emb.float()[owner] * ref_emb.float()).sum(dim=-1)
+    best = torch.full((n,), float("-inf"))
+    best = best.scatter_reduce(0, owner, cos, reduce="amax", include_self=True)
+    if torch.isinf(best).any():
+        missing = torch.nonzero(torch.isinf(best)).flatten()[:5].tolist()
+        raise ValueError(f"candidates {missing} have no reference")
+    return best
+
+
+def harmonic_mean(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """2ab / (a + b), and 0 where a + b = 0.
+
+    The CLIPScore authors' code divides by zero there (NaN when both terms are 0); a caption with no
+    similarity to either side scores 0 here instead. Elsewhere the formula is theirs, unclipped.
+    """
+    a, b = a.float(), b.float()
+    denom = a + b
+    safe = torch.where(denom == 0, torch.ones_like(denom), denom)
+    return torch.where(denom == 0, torch.zeros_like(denom), 2 * a * b / safe)
+
+
+def ref_clip_s(
+    clip_scores: torch.Tensor, best_ref_cos: torch.Tensor, clip_reference_cosine: bool = False
+) -> torch.Tensor:
+    """RefCLIP-S = H-Mean(CLIP-S(c, v), max_r cos(c, r)).
+
+    Args:
+        clip_scores (torch.Tensor): (N,) CLIP-S values (already rescaled by w and clipped at 0).
+        best_ref_cos (torch.Tensor): (N,) best-reference cosines.
+        clip_reference_cosine: clip the text side at 0 as the paper's eq. 2 writes it; the authors'
+            released code (the default) does not.
+
+    Returns:
+        torch.Tensor: (N,) float32.
+    """
+    text_side = best_ref_cos.clamp(min=0) if clip_reference_cosine else best_ref_cos
+    return harmonic_mean(clip_scores, text_side)

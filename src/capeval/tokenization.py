@@ -1,0 +1,61 @@
+"""Caption text to CLIP token ids, exactly as the CLIP authors' tokenizer produces them.
+
+The OpenAI tokenizer (``clip/simple_tokenizer.py``) cleans text with ftfy and a double HTML unescape,
+collapses whitespace and lower-cases before BPE. transformers' fast CLIP tokenizer skips the ftfy and
+HTML steps, which changes the ids of curly quotes, ligatures, full-width characters and escaped
+entities; we apply the authors' cleaning first, then the fast BPE. Over-long captions are cut the way
+``clip.tokenize(..., truncate=True)`` cuts them: first ``context_length`` ids, the last set to
+end-of-text, so the pooled embedding still reads the end-of-text position.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import ftfy
+
+PREFIX = "A photo depicts"  # Hessel et al. 2021, sec. 3: the prompt prepended to every caption
+_WHITESPACE = re.compile(r"\s+")
+
+
+def clean_caption(text: str) -> str:
+    """The authors' ``basic_clean`` then ``whitespace_clean`` (lower-casing is done by the tokenizer)."""
+    text = ftfy.fix_text(text)
+    text = html.unescape(html.unescape(text)).strip()
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def with_prefix(text: str, prefix: str | None) -> str:
+    """``prefix + " " + text`` as the CLIPScore code joins them (one space added when missing)."""
+    if not prefix:
+        return text
+    return prefix + text if prefix.endswith(" ") else f"{prefix} {text}"
+
+
+def tokenize_captions(tokenizer, texts: list[str], context_length: int) -> tuple[list[list[int]], int]:
+    """Token ids with start- and end-of-text, truncated as the authors truncate.
+
+    Args:
+        tokenizer: a transformers CLIP tokenizer (adds start/end-of-text itself).
+        texts: raw captions (the prefix already joined).
+        context_length: the text encoder's positions (77 for released CLIPs).
+
+    Returns:
+        (ids, n_truncated): one id list per text, none longer than ``context_length``; how many were cut.
+    """
+    cleaned = [clean_caption(t) for t in texts]
+    encoded = tokenizer(cleaned, add_special_tokens=True, truncation=False, padding=False, verbose=False)[
+        "input_ids"
+    ]
+    eos = tokenizer.eos_token_id
+    n_truncated = 0
+    out = []
+    for ids in encoded:
+        ids = list(ids)
+        if len(ids) > context_length:
+            ids = ids[:context_length]
+            ids[-1] = eos
+            n_truncated += 1
+        out.append(ids)
+    return out, n_truncated

@@ -1,0 +1,57 @@
+"""Test configuration: offline Hugging Face stack and the shared tiny models.
+
+The offline variables are set here, before any Hugging Face library is imported, so the suite never
+tries the network (none is reachable in CI) and behaves the same on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
+    os.environ[_var] = _value
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+BENCHMARKS = SHARED / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def benchmarks_dir() -> Path:
+    """``../shared/benchmarks``; tests that need it skip cleanly when it is absent."""
+    if not BENCHMARKS.is_dir():
+        pytest.skip("../shared/benchmarks is not present on this machine")
+    return BENCHMARKS
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_dir(tmp_path_factory) -> Path:
+    """A random tiny CLIP with the real CLIP tokenizer, saved as a transformers folder."""
+    from capeval.testing.tiny_clip import build_tiny_clip
+
+    return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_dir_b(tmp_path_factory) -> Path:
+    """A second random tiny CLIP (other seed, other input size 48) for tests that need two models."""
+    from capeval.testing.tiny_clip import build_tiny_clip
+
+    return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip-b"), seed=1, image_size=48, patch_size=16)
