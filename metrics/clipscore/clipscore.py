@@ -1,0 +1,96 @@
+"""CLIPScore: reference-free image-caption compatibility (Hessel et al., EMNLP 2021), as an evaluate module.
+
+The maths lives in the capeval package (capeval.CLIPScore); this module declares the inputs and passes
+the options through.
+"""
+
+import datasets
+import evaluate
+import capeval
+from capeval.backbones import DEFAULT_MODEL
+from capeval.encoding import BATCH_SIZE
+from capeval.scores import W_CLIP_S
+from capeval.tokenization import PREFIX
+
+_CITATION = """\
+@inproceedings{hessel2021clipscore,
+  title     = {{CLIPScore}: A Reference-free Evaluation Metric for Image Captioning},
+  author    = {Hessel, Jack and Holtzman, Ari and Forbes, Maxwell and Le Bras, Ronan and Choi, Yejin},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  pages     = {7514--7528},
+  year      = {2021},
+}
+"""
+
+_DESCRIPTION = """\
+CLIPScore rates how well a caption fits an image without reference captions: the cosine similarity of
+CLIP's image embedding and the embedding of "A photo depicts <caption>", clipped at 0 and rescaled,
+CLIP-S(c, v) = w * max(cos(E_c, E_v), 0) with w = 2.5. The corpus score is the mean over captions.
+It follows the authors' released code (prompt, w, per-caption clipping, OpenAI image preprocessing).
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): candidate captions, one per image.
+    images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
+        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+    image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
+        of the same model (they are L2-normalised here).
+    model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
+        "openai/clip-vit-base-patch32", the model of the paper.
+    prefix (`str`): prompt joined before every caption. Defaults to "A photo depicts".
+    w (`float`): rescaling weight. Defaults to 2.5.
+    batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
+    device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
+    dtype (`str`): "float32" (default), "float16" or "bfloat16".
+Returns:
+    clipscore (`float`): mean CLIP-S over the predictions.
+    scores (`list` of `float`): CLIP-S of each prediction, in input order.
+    signature (`str`): model, revision and every option that changes the numbers, with library versions.
+Examples:
+    The committed shapes CLIP (a tiny CLIP trained on drawn shapes) runs offline:
+
+    >>> import evaluate
+    >>> from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    >>> clipscore = evaluate.load("metrics/clipscore")  # or capeval.load("clipscore") after pip install
+    >>> image = draw(Scene("red", "circle", "left"))
+    >>> results = clipscore.compute(
+    ...     predictions=["a red circle on the left", "a blue square on the right"],
+    ...     images=[image, image],
+    ...     model=str(shapes_clip_path()),
+    ... )
+    >>> results["scores"][0] > results["scores"][1]
+    True
+    >>> sorted(results)
+    ['clipscore', 'scores', 'signature']
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class CLIPScore(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features({"predictions": datasets.Value("string")}),
+            homepage="https://github.com/jmhessel/clipscore",
+            codebase_urls=["https://github.com/jmhessel/clipscore"],
+            reference_urls=["https://arxiv.org/abs/2104.08718"],
+        )
+
+    def _compute(
+        self,
+        predictions,
+        images=None,
+        image_embeds=None,
+        model=DEFAULT_MODEL,
+        prefix=PREFIX,
+        w=W_CLIP_S,
+        batch_size=BATCH_SIZE,
+        device=None,
+        dtype="float32",
+    ):
+        scorer = capeval.CLIPScore(model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w)
+        return scorer(predictions, images=images, image_embeds=image_embeds)

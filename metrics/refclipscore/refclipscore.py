@@ -1,0 +1,115 @@
+"""RefCLIPScore: CLIPScore combined with reference captions (Hessel et al., EMNLP 2021), as an evaluate module.
+
+The maths lives in the capeval package (capeval.RefCLIPScore); this module declares the inputs and passes
+the options through.
+"""
+
+import datasets
+import evaluate
+import capeval
+from capeval.backbones import DEFAULT_MODEL
+from capeval.encoding import BATCH_SIZE
+from capeval.scores import W_CLIP_S
+from capeval.tokenization import PREFIX
+
+_CITATION = """\
+@inproceedings{hessel2021clipscore,
+  title     = {{CLIPScore}: A Reference-free Evaluation Metric for Image Captioning},
+  author    = {Hessel, Jack and Holtzman, Ari and Forbes, Maxwell and Le Bras, Ronan and Choi, Yejin},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  pages     = {7514--7528},
+  year      = {2021},
+}
+"""
+
+_DESCRIPTION = """\
+RefCLIPScore extends CLIPScore with references: the harmonic mean of CLIP-S(c, v) and the best cosine
+similarity between the caption and its references, RefCLIP-S = H-Mean(CLIP-S(c, v), max_r cos(E_c, E_r)).
+As in the authors' code, references get the same "A photo depicts" prompt and the text side is neither
+clipped nor rescaled (set clip_reference_cosine=True for the paper's max(cos, 0)). Where both terms are 0
+the score is 0, not the NaN of the original code.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): candidate captions, one per image.
+    references (`list` of `list` of `str`): the reference captions of each prediction (at least one each).
+    images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
+        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+    image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings.
+    model (`str`): CLIP backbone, a Hub id or a local transformers folder.
+        Defaults to "openai/clip-vit-base-patch32".
+    prefix (`str`): prompt joined before every caption and reference. Defaults to "A photo depicts".
+    w (`float`): rescaling weight of CLIP-S. Defaults to 2.5.
+    clip_reference_cosine (`bool`): clip the best-reference cosine at 0 (the paper's formula).
+        Defaults to False (the authors' code).
+    batch_size (`int`): encoder batch size. Defaults to 64.
+    device (`str`): "cpu", "cuda", ...; None picks the first GPU if any, else the CPU.
+    dtype (`str`): "float32" (default), "float16" or "bfloat16".
+Returns:
+    refclipscore (`float`): mean RefCLIP-S.
+    scores (`list` of `float`): RefCLIP-S of each prediction.
+    clipscore (`float`): mean CLIP-S of the same predictions.
+    clipscore_scores (`list` of `float`): CLIP-S of each prediction.
+    signature (`str`): model, revision and every option that changes the numbers, with library versions.
+Examples:
+    >>> import evaluate
+    >>> from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    >>> refclipscore = evaluate.load("metrics/refclipscore")
+    >>> image = draw(Scene("green", "triangle", "top"))
+    >>> results = refclipscore.compute(
+    ...     predictions=["a green triangle at the top", "a yellow circle at the bottom"],
+    ...     references=[["a green triangle at the top"], ["a green triangle at the top"]],
+    ...     images=[image, image],
+    ...     model=str(shapes_clip_path()),
+    ... )
+    >>> results["scores"][0] > results["scores"][1]
+    True
+    >>> sorted(results)
+    ['clipscore', 'clipscore_scores', 'refclipscore', 'scores', 'signature']
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class RefCLIPScore(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Value("string"),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
+            homepage="https://github.com/jmhessel/clipscore",
+            codebase_urls=["https://github.com/jmhessel/clipscore"],
+            reference_urls=["https://arxiv.org/abs/2104.08718"],
+        )
+
+    def _compute(
+        self,
+        predictions,
+        references,
+        images=None,
+        image_embeds=None,
+        model=DEFAULT_MODEL,
+        prefix=PREFIX,
+        w=W_CLIP_S,
+        clip_reference_cosine=False,
+        batch_size=BATCH_SIZE,
+        device=None,
+        dtype="float32",
+    ):
+        scorer = capeval.RefCLIPScore(
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            clip_reference_cosine=clip_reference_cosine,
+        )
+        return scorer(predictions, references=references, images=images, image_embeds=image_embeds)
