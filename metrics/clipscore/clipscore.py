@@ -6,6 +6,7 @@ the options through.
 
 import datasets
 import evaluate
+
 import capeval
 from capeval.backbones import DEFAULT_MODEL
 from capeval.encoding import BATCH_SIZE
@@ -92,5 +93,7 @@ class CLIPScore(evaluate.Metric):
         device=None,
         dtype="float32",
     ):
-        scorer = capeval.CLIPScore(model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w)
+        scorer = capeval.CLIPScore(
+            model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w
+        )
         return scorer(predictions, images=images, image_embeds=image_embeds)

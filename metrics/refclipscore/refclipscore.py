@@ -6,6 +6,7 @@ the options through.
 
 import datasets
 import evaluate
+
 import capeval
 from capeval.backbones import DEFAULT_MODEL
 from capeval.encoding import BATCH_SIZE

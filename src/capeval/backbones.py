@@ -160,11 +160,13 @@ def _locate(model: str) -> tuple[Path, str]:
         config_path = Path(hf_hub_download(model, "config.json"))
     except HFValidationError as err:
         raise ValueError(f"model {model!r} is neither a local folder nor a valid Hub id: {err}") from err
+    except LocalEntryNotFoundError as err:  # a subclass of EntryNotFoundError: test it first
+        raise OSError(_offline_help(model)) from err
     except RepositoryNotFoundError as err:
         raise ValueError(f"unknown model {model!r}: no such repository on the Hugging Face Hub") from err
     except EntryNotFoundError as err:
         raise ValueError(f"model {model!r} has no config.json: not a transformers model") from err
-    except (LocalEntryNotFoundError, OSError) as err:
+    except OSError as err:
         raise OSError(_offline_help(model)) from err
     # Hub snapshots live in .../snapshots/<commit>/: the commit is the revision.
     return config_path.parent, config_path.parent.name[:7]
@@ -233,6 +235,10 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
     if getattr(config, "model_type", None) != "clip":
         raise ValueError(f"model {model!r} has model_type {config.model_type!r}; capeval needs a CLIP model")
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a per-tensor "Loading weights" bar is noise for a metric
     try:
         clip = CLIPModel.from_pretrained(source, config=config)
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -240,6 +246,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if source == model and not Path(model).exists():
             raise OSError(_offline_help(model)) from err
         raise
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     weights_tag = None
     if checkpoint is not None:
         from capeval.checkpoints import load_checkpoint_into

@@ -44,8 +44,10 @@ def image_key(image: ImageInput, index: int) -> tuple:
         path = Path(os.fspath(image)).expanduser()
         try:
             st = path.stat()
+        except FileNotFoundError as err:
+            raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from err
         except OSError as err:
-            raise ValueError(f"image {index}: cannot read {os.fspath(image)!r}: {err.strerror}") from err
+            raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
     if isinstance(image, Image.Image):
         digest = hashlib.blake2b(image.tobytes(), digest_size=16)
@@ -184,7 +186,7 @@ def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
     left = int(round((new_w - size) / 2.0))
     top = int(round((new_h - size) / 2.0))
     img = img.crop((left, top, left + size, top + size))
-    return np.asarray(img.convert("RGB"), dtype=np.uint8)
+    return np.array(img.convert("RGB"), dtype=np.uint8)
 
 
 def normalize_pixels(batch: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:

@@ -60,7 +60,7 @@ def check_references(references, n: int) -> list[list[str]]:
 
 def check_same_length(name: str, items, n: int) -> None:
     """``len(items) == n`` for a per-prediction keyword argument such as ``images``."""
-    if not _is_sequence(items) and not hasattr(items, "__len__"):
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__len__"):
         raise TypeError(f"{name} must be a list with one entry per prediction, got {type(items).__name__}")
     if len(items) != n:
         raise ValueError(f"got {len(items)} {name} for {n} predictions")

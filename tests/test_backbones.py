@@ -1,0 +1,136 @@
+"""Backbone loading: once per process, device/dtype policy, and errors that say how to fix them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import capeval
+from capeval.backbones import load_backbone, resolve_device, resolve_dtype
+from capeval.encoding import encode_images, encode_texts, run_with_backoff
+
+
+def test_a_backbone_is_loaded_once_per_process_and_reused(tiny_clip_dir):
+    a = load_backbone(str(tiny_clip_dir))
+    b = load_backbone(tiny_clip_dir)
+    assert a is b
+    assert load_backbone(str(tiny_clip_dir), dtype="bfloat16") is not a
+
+
+def test_revision_of_a_local_folder_is_the_weights_hash(tiny_clip_dir):
+    bb = load_backbone(str(tiny_clip_dir))
+    assert bb.revision.startswith("sha256:") and len(bb.revision) == len("sha256:") + 12
+    assert bb.name == f"{tiny_clip_dir}@{bb.revision}"
+    assert (bb.image_size, bb.context_length, bb.embed_dim) == (32, 77, 16)
+
+
+def test_missing_hub_model_offline_says_how_to_fix_it(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError) as err:
+        load_backbone("openai/clip-vit-large-patch14-not-cached")
+    msg = str(err.value)
+    assert "openai/clip-vit-large-patch14-not-cached" in msg
+    assert "HF_HUB_OFFLINE" in msg and "model='/path/to/a/local/clip/folder'" in msg
+
+
+def test_unknown_local_folder_and_bad_ids_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="no such folder"):
+        load_backbone(str(tmp_path / "nowhere" / "model"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="has no config.json"):
+        load_backbone(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="neither a local folder nor a valid Hub id"):
+        load_backbone("bad id with spaces!")
+    with pytest.raises(TypeError, match="model must be a Hub id or a folder path"):
+        load_backbone(42)
+
+
+def test_a_non_clip_folder_is_refused(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    BertModel(
+        BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    ).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="not a CLIP model|model_type"):
+        load_backbone(str(tmp_path))
+
+
+def test_device_and_dtype_policy():
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            resolve_device("cuda:1")
+    with pytest.raises(ValueError, match="unsupported dtype 'float8'"):
+        resolve_dtype("float8")
+
+
+def test_bfloat16_scores_stay_close_to_float32(tiny_clip_dir):
+    rng = np.random.RandomState(0)
+    images = [Image.fromarray(rng.randint(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(4)]
+    caps = ["a red circle", "a blue square", "two dogs", "a man"]
+    fp32 = capeval.CLIPScore(model=str(tiny_clip_dir))(caps, images=images)
+    bf16 = capeval.CLIPScore(model=str(tiny_clip_dir), dtype="bfloat16")(caps, images=images)
+    assert "dtype=bfloat16" in bf16["signature"]
+    np.testing.assert_allclose(bf16["scores"], fp32["scores"], atol=0.05)
+
+
+def test_out_of_memory_halves_the_batch_and_retries():
+    calls = []
+
+    def run(chunk):
+        calls.append(len(chunk))
+        if len(chunk) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return torch.tensor(chunk)
+
+    with pytest.warns(UserWarning, match="batch size lowered to 2"):
+        out = list(run_with_backoff(run, list(range(7)), 8, torch.device("cpu"), "images"))
+    assert [c for c, _ in out] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert calls[:3] == [7, 4, 2]
+
+
+def test_other_runtime_errors_are_not_mistaken_for_out_of_memory():
+    def run(chunk):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        list(run_with_backoff(run, [0, 1], 2, torch.device("cpu"), "images"))
+
+
+def test_encoding_survives_a_simulated_oom_in_the_model(tiny_clip_dir, monkeypatch):
+    bb = load_backbone(str(tiny_clip_dir))
+    rng = np.random.RandomState(1)
+    images = [Image.fromarray(rng.randint(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(6)]
+    expected = encode_images(bb, images, batch_size=6)
+    real = bb.model.get_image_features
+
+    def flaky(pixel_values, **kw):
+        if len(pixel_values) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(pixel_values=pixel_values, **kw)
+
+    monkeypatch.setattr(bb.model, "get_image_features", flaky)
+    with pytest.warns(UserWarning, match="out of memory encoding images"):
+        got = encode_images(bb, images, batch_size=6)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+
+
+def test_texts_are_padded_to_the_longest_in_the_batch_not_77(tiny_clip_dir, monkeypatch):
+    bb = load_backbone(str(tiny_clip_dir))
+    widths = []
+    real = bb.model.get_text_features
+
+    def spy(input_ids, **kw):
+        widths.append(input_ids.shape[1])
+        return real(input_ids=input_ids, **kw)
+
+    monkeypatch.setattr(bb.model, "get_text_features", spy)
+    encode_texts(bb, ["a dog", "a dog runs", "a b c d e f g h"], batch_size=2)
+    # length-sorted: the two short captions share a batch padded to the longer of them
+    assert widths == [5, 10]

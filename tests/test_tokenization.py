@@ -1,0 +1,86 @@
+"""Token ids equal the CLIP authors' tokenizer, truncation included."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from capeval.testing.openai_reference import openai_tokenize
+from capeval.tokenization import clean_caption, tokenize_captions, with_prefix
+
+UNICODE_AND_ODD = [
+    "café naïve ﬁne “quoted” ｆｕｌｌ-width 😀 日本語",
+    "&amp;lt;b&gt; html &quot;entities&quot;",
+    "tab\tnew\nline   spaces",
+    "Ünïcödé ÀÉÎ ß ǅ",
+    "e\u0301 combining accent",
+    "mojibake: Ã© should be fixed",
+    "emoji 👩‍👩‍👧 flags 🇫🇷 ❤️",
+    "A DOG'S ball, isn't it? They're here; we'll see.",
+    "numbers 1234567 and 3.14 and 1,000",
+    "   leading and trailing   ",
+]
+
+
+def _captions(benchmarks_root) -> list[str]:
+    rng = random.Random(0)
+    caps = list(UNICODE_AND_ODD)
+    token_file = benchmarks_root / "flickr8k" / "Flickr8k.token.txt" if benchmarks_root else None
+    if token_file is not None and token_file.is_file():
+        lines = token_file.read_text(encoding="utf-8").splitlines()
+        caps += [line.split("\t", 1)[1] for line in rng.sample(lines, 300)]
+    else:
+        words = "a man woman dog runs jumps over red blue ball grass beach city street".split()
+        caps += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 20))) for _ in range(300)]
+    caps += [" ".join(["word"] * 300), "x" * 500, "a " * 80, "long " * 76, "long " * 75]
+    return caps
+
+
+@pytest.fixture(scope="module")
+def clip_tokenizer():
+    from capeval.testing.tiny_clip import build_clip_tokenizer
+
+    return build_clip_tokenizer()
+
+
+def test_token_ids_equal_the_authors_tokenizer_on_hundreds_of_captions(clip_tokenizer):
+    from conftest import BENCHMARKS
+
+    captions = _captions(BENCHMARKS if BENCHMARKS.is_dir() else None)
+    assert len(captions) >= 300
+    ours, n_cut = tokenize_captions(clip_tokenizer, captions, context_length=77)
+    theirs = openai_tokenize(captions)
+    mismatches = [(c, a[:10], b[:10]) for c, a, b in zip(captions, ours, theirs, strict=True) if a != b]
+    assert mismatches == []
+    from capeval.testing.openai_reference import simple_tokenizer
+
+    too_long = sum(len(simple_tokenizer().encode(c)) + 2 > 77 for c in captions)
+    assert too_long >= 4
+    assert n_cut == too_long
+
+
+def test_truncated_captions_keep_end_of_text_and_are_counted(clip_tokenizer):
+    captions = ["short caption", " ".join(["word"] * 300), "tiny " * 76]
+    ids, n_cut = tokenize_captions(clip_tokenizer, captions, context_length=77)
+    assert n_cut == 2
+    assert [len(x) for x in ids] == [4, 77, 77]
+    assert all(x[0] == 49406 and x[-1] == 49407 for x in ids)
+    assert ids[1] == openai_tokenize([captions[1]])[0]
+
+
+def test_special_ids_and_vocabulary_are_the_released_ones(clip_tokenizer):
+    assert len(clip_tokenizer) == 49408
+    assert clip_tokenizer.bos_token_id == 49406
+    assert clip_tokenizer.eos_token_id == 49407
+
+
+def test_cleaning_matches_the_authors_basic_and_whitespace_clean():
+    assert clean_caption("  a\t&amp;amp;  b\n") == "a & b"
+    assert clean_caption("“curly”") == '"curly"'
+
+
+def test_prefix_is_joined_with_one_space_as_the_authors_do():
+    assert with_prefix("a dog", "A photo depicts") == "A photo depicts a dog"
+    assert with_prefix("a dog", "A photo depicts ") == "A photo depicts a dog"
+    assert with_prefix("a dog", "") == "a dog"
