@@ -1,0 +1,269 @@
+"""EMScore (Shi et al., CVPR 2022): video-caption evaluation by coarse and fine-grained embedding matching.
+
+``EMScore(model=...)(predictions, videos=..., references=...)`` returns the same dict as the evaluate
+module. The variant follows the inputs: videos only -> EMScore(X,V); references only -> EMScore(X,X*);
+both -> EMScore(X,V,X*). It follows the authors' released code (ShiYaya/emscore): CLIP token embeddings
+from start- to end-of-text, no prompt prefix, IDF weights from the references (else the candidates),
+every frame of each video by default. With ``checkpoint=`` the PAC-S weights replace CLIP's, which is how
+the PAC-S authors score videos (aimagelab/pacscore#1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from capeval.backbones import DEFAULT_MODEL, Backbone, load_backbone
+from capeval.emscore_matching import (
+    IdfTable,
+    best_per_candidate,
+    coarse,
+    combine_variants,
+    fine_grained_text,
+    fine_grained_video,
+    full_scores,
+    idf_from_token_ids,
+    token_weights,
+    uniform_weights,
+    video_embedding,
+)
+from capeval.encoding import BATCH_SIZE, encode_text_tokens
+from capeval.signature import build_signature
+from capeval.tokenization import tokenize_captions
+from capeval.validation import check_predictions, check_references, check_same_length
+from capeval.video import NUM_FRAMES, check_num_frames, encode_videos, frame_embeddings
+
+VIDEO, TEXT, BOTH = "EMScore(X,V)", "EMScore(X,X*)", "EMScore(X,V,X*)"
+DETAIL_KEYS = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
+
+
+def _optional_references(references, n: int) -> list[list[str]] | None:
+    """``None`` or all-empty lists mean no references; otherwise one non-empty list per prediction."""
+    if references is None:
+        return None
+    if isinstance(references, (str, bytes)) or not isinstance(references, Sequence):
+        raise TypeError(f"references must be a list of lists of strings, got {type(references).__name__}")
+    if len(references) == n and all(isinstance(r, Sequence) and not isinstance(r, str) for r in references):
+        empty = [i for i, r in enumerate(references) if len(r) == 0]
+        if len(empty) == n:
+            return None
+        if empty:
+            raise ValueError(
+                f"references {empty[0]} is an empty list while other predictions have references: "
+                "give references for every prediction, or for none (EMScore(X,V) with videos only)"
+            )
+    return check_references(references, n)
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class EMScore:
+    """EMScore(X,V), EMScore(X,X*) and EMScore(X,V,X*) per caption; corpus score = mean full_F.
+
+    Args:
+        model: CLIP backbone, Hub id or local folder (the authors use ViT-B/32).
+        device: ``None`` = first GPU if any, else CPU.
+        dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
+        batch_size: encoder batch size for captions and frames (halved automatically on GPU out-of-memory).
+        num_frames: frames per video, evenly spaced; ``None`` (default) = every frame, as the authors'
+            library; their VATEX-EVAL protocol uses 10.
+        idf: ``True`` = IDF from the references of the call (else from its candidates); ``False`` = uniform
+            token weights; a list of captions = IDF from that corpus; a mapping token id -> weight = used as
+            given (a ``defaultdict`` or ``IdfTable`` supplies weights for ids it lacks).
+        checkpoint: PAC-S weights loaded over the backbone (the PAC-S authors' video variant).
+        num_workers: threads decoding videos ahead of the model.
+        progress: progress bars (``None``: only for long runs on a terminal).
+    """
+
+    name = "emscore"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str | None = None,
+        dtype: str = "float32",
+        batch_size: int = BATCH_SIZE,
+        num_frames: int | None = NUM_FRAMES,
+        idf: bool | Mapping | Sequence[str] = True,
+        checkpoint: str | None = None,
+        num_workers: int | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.num_frames = check_num_frames(num_frames)
+        self.idf = self._check_idf(idf)
+        self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.progress = progress
+
+    @staticmethod
+    def _check_idf(idf):
+        if isinstance(idf, bool) or isinstance(idf, Mapping):
+            return idf
+        if isinstance(idf, (str, bytes)) or not isinstance(idf, Sequence):
+            raise TypeError(
+                f"idf must be True, False, a list of captions or a mapping token id -> weight, got {type(idf).__name__}"
+            )
+        if len(idf) == 0:
+            raise ValueError("idf corpus is an empty list")
+        for i, doc in enumerate(idf):
+            if not isinstance(doc, str):
+                raise TypeError(f"idf corpus item {i} is {type(doc).__name__}, expected a string")
+        return list(idf)
+
+    # -- weights -------------------------------------------------------------------------------------
+    def _idf_table(self, cand_ids, ref_ids_flat) -> tuple[Mapping | None, str]:
+        """The IDF mapping for this call (``None`` = uniform) and how the signature names it."""
+        eos = self.backbone.tokenizer.eos_token_id
+        if self.idf is False:
+            return None, "false"
+        if self.idf is True:
+            if ref_ids_flat:
+                # One document per (candidate, reference) pair, duplicates included, as the authors' corpus.
+                return idf_from_token_ids(ref_ids_flat, eos), "references"
+            return idf_from_token_ids(cand_ids, eos), "candidates"
+        if isinstance(self.idf, Mapping):
+            items = sorted((int(k), round(float(v), 8)) for k, v in self.idf.items())
+            default = getattr(self.idf, "default", None)
+            if default is None and getattr(self.idf, "default_factory", None) is not None:
+                default = self.idf.default_factory()
+            return self.idf, f"table:{_digest([items, default])}"
+        ids, _ = tokenize_captions(self.backbone.tokenizer, self.idf, self.backbone.context_length)
+        return idf_from_token_ids(ids, eos), f"corpus:{len(self.idf)}:{_digest(self.idf)}"
+
+    @staticmethod
+    def _weights(all_ids, table, predictions_len: int) -> list[torch.Tensor]:
+        if table is None:
+            return uniform_weights(all_ids)
+        cache: dict[tuple, torch.Tensor] = {}
+        out = []
+        for i, ids in enumerate(all_ids):
+            key = tuple(ids)
+            if key not in cache:
+                try:
+                    cache[key] = token_weights(ids, table)
+                except KeyError as err:
+                    what = f"prediction {i}" if i < predictions_len else f"reference {i - predictions_len}"
+                    raise ValueError(
+                        f"idf has no weight for token id {err.args[0]} of {what}: pass a defaultdict, "
+                        "capeval.emscore_matching.IdfTable, or a corpus (list of captions) instead"
+                    ) from None
+            out.append(cache[key])
+        return out
+
+    # -- videos ----------------------------------------------------------------------------------------
+    def frame_embeddings(self, videos, video_embeds, n: int) -> list[torch.Tensor] | None:
+        """Per prediction a (K, D) tensor of L2-normalised frame embeddings, or ``None`` without videos."""
+        if videos is not None and video_embeds is not None:
+            raise ValueError("pass videos= or video_embeds=, not both")
+        if video_embeds is not None:
+            return frame_embeddings(video_embeds, n, self.backbone.embed_dim, self.num_frames)
+        if videos is None:
+            return None
+        if isinstance(videos, (str, bytes)):
+            raise TypeError("videos must be a list with one video per prediction, got a string")
+        check_same_length("videos", videos, n)
+        return encode_videos(
+            self.backbone,
+            videos,
+            num_frames=self.num_frames,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            progress=self.progress,
+        )
+
+    def signature_options(self, idf_name: str, variant: str, decoded: bool) -> dict[str, object]:
+        options: dict[str, object] = {"model": self.backbone.name}
+        if self.backbone.weights:
+            options["checkpoint"] = self.backbone.weights
+        options["variant"] = variant.removeprefix("EMScore")
+        if variant != TEXT:
+            options["num_frames"] = "all" if self.num_frames is None else self.num_frames
+        options.update(idf=idf_name, dtype=self.backbone.dtype_name)
+        if decoded:
+            from importlib.metadata import version
+
+            options["av"] = version("av")
+        return options
+
+    # -- scoring -------------------------------------------------------------------------------------
+    def __call__(
+        self,
+        predictions: Sequence[str],
+        references: Sequence[Sequence[str]] | None = None,
+        videos: Sequence | None = None,
+        video_embeds=None,
+    ) -> dict:
+        """Score each caption against its video and/or its references.
+
+        Args:
+            predictions: candidate captions.
+            references: one list of reference captions per prediction, or ``None`` (all-empty lists too).
+            videos: one video per prediction: a file path, a list of frames or a (T, H, W, C) array.
+            video_embeds: instead of ``videos``, per prediction a (K, D) array of frame embeddings of this
+                model (or one (N, K, D) array); sampled by ``num_frames`` and L2-normalised here.
+
+        Returns:
+            dict: ``emscore`` (mean full_F of the variant), ``scores`` (per caption), ``variant``,
+            ``details`` ({variant: {figr_P, figr_R, figr_F, cogr, full_P, full_R, full_F}} for each variant
+            computed), ``signature``.
+        """
+        predictions = check_predictions(predictions)
+        n = len(predictions)
+        if n == 0:
+            raise ValueError("no predictions to score")
+        references = _optional_references(references, n)
+        frames = self.frame_embeddings(videos, video_embeds, n)
+        if frames is None and references is None:
+            raise ValueError("emscore needs videos= (or video_embeds=), references=, or both")
+
+        flat_refs = [r for refs in references for r in refs] if references else []
+        pooled, tokens, ids = encode_text_tokens(
+            self.backbone,
+            predictions + flat_refs,
+            prefix=None,
+            batch_size=self.batch_size,
+            progress=self.progress,
+        )
+        table, idf_name = self._idf_table(ids[:n], ids[n:])
+        weights = self._weights(ids, table, n)
+
+        details: dict[str, dict[str, torch.Tensor]] = {}
+        if references is not None:
+            owner = torch.tensor([i for i, refs in enumerate(references) for _ in refs], dtype=torch.long)
+            pairs = torch.stack([owner, torch.arange(n, n + len(flat_refs))], dim=1)
+            p, r, f = fine_grained_text(tokens, weights, tokens, weights, pairs)
+            cos = coarse(pooled[owner], pooled[n:])
+            maxed = [best_per_candidate(v, owner, n) for v in (p, r, f, cos)]
+            details[TEXT] = full_scores(*maxed)
+        if frames is not None:
+            pairs = torch.stack([torch.arange(n), torch.arange(n)], dim=1)
+            p, r, f = fine_grained_video(tokens, weights, frames, pairs)
+            vid = torch.stack([video_embedding(fr) for fr in frames])
+            details[VIDEO] = full_scores(p, r, f, coarse(pooled[:n], vid))
+        if frames is not None and references is not None:
+            details[BOTH] = combine_variants(details[VIDEO], details[TEXT])
+        variant = BOTH if BOTH in details else (VIDEO if VIDEO in details else TEXT)
+
+        per = details[variant]["full_F"]
+        decoded = videos is not None and any(isinstance(v, (str, os.PathLike)) for v in videos)
+        return {
+            self.name: float(per.mean()),
+            "scores": per.tolist(),
+            "variant": variant,
+            "details": {name: {k: d[k].tolist() for k in DETAIL_KEYS} for name, d in details.items()},
+            "signature": build_signature(
+                self.name, self.signature_options(idf_name, variant, decoded), ("transformers", "torch")
+            ),
+        }
+
+
+__all__ = ["EMScore", "IdfTable", "VIDEO", "TEXT", "BOTH"]

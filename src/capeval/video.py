@@ -1,0 +1,384 @@
+"""Video inputs: decoding with PyAV, frame sampling, and per-frame CLIP embeddings.
+
+EMScore (Shi et al. 2022) embeds every frame of a video with CLIP's image encoder, or a fixed number of
+frames evenly spaced (``np.linspace(0, n - 1, k)`` truncated to integers, as their VATEX-EVAL script
+samples its cached frame features). Each frame goes through the same OpenAI preprocessing as an image.
+
+Decoding runs on a small thread pool, a few videos ahead of the model; only the sampled frames are
+converted to RGB and resized, and they are kept at the model's input size, so memory stays small
+whatever the video resolution. A video given several times (the same path for several captions) is
+decoded and encoded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from capeval.backbones import Backbone
+from capeval.encoding import BATCH_SIZE, _progress, encode_images, unique_indices
+from capeval.images import image_key, load_image, resize_and_crop
+
+VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
+
+NUM_FRAMES = None  # Shi et al. 2022, emscore/utils.py encode_video: the library embeds every frame
+VATEX_EVAL_NUM_FRAMES = 10  # Shi et al. 2022, VATEX-EVAL-demo.py: use_uniform_sample = 10
+
+_ACCEPTED = (
+    "a video file path, a list of frames (PIL images, arrays, tensors or image paths), "
+    "a (T, H, W, C) array or a (T, C, H, W) tensor"
+)
+
+
+def check_num_frames(num_frames: int | None) -> int | None:
+    """``None`` (every frame) or a positive int."""
+    if num_frames is None:
+        return None
+    if isinstance(num_frames, bool) or not isinstance(num_frames, (int, np.integer)):
+        raise TypeError(f"num_frames must be a positive int or None, got {type(num_frames).__name__}")
+    if num_frames < 1:
+        raise ValueError(f"num_frames must be >= 1 (or None for every frame), got {num_frames}")
+    return int(num_frames)
+
+
+def sample_indices(n_frames: int, num_frames: int | None) -> list[int]:
+    """Frames kept out of ``n_frames``: all of them, or ``num_frames`` evenly spaced.
+
+    ``[int(i) for i in np.linspace(0, n_frames - 1, num_frames)]`` as the authors sample: the first and
+    last frames are always kept, and a video shorter than ``num_frames`` repeats frames.
+    """
+    if n_frames < 1:
+        raise ValueError(f"cannot sample frames from a video of {n_frames} frames")
+    if num_frames is None:
+        return list(range(n_frames))
+    return [int(i) for i in np.linspace(0, n_frames - 1, num_frames)]
+
+
+def _describe(video: VideoInput) -> str:
+    if isinstance(video, (str, os.PathLike)):
+        return f" ({os.fspath(video)!r})"
+    return ""
+
+
+def _import_av():
+    try:
+        import av
+    except ImportError as err:  # pragma: no cover - av is a declared extra
+        raise ImportError(
+            "decoding videos needs PyAV: pip install 'capeval[video]' (or pip install av)"
+        ) from err
+    return av
+
+
+def video_key(video: VideoInput, index: int) -> tuple:
+    """Identity of a video input: equal keys mean the same frames, so it is decoded and encoded once.
+
+    Paths by resolved path and file stat; frame lists and arrays by the content of their frames.
+    """
+    if isinstance(video, (str, os.PathLike)):
+        path = Path(os.fspath(video)).expanduser()
+        try:
+            st = path.stat()
+        except OSError as err:
+            raise ValueError(f"video {index}{_describe(video)}: cannot read it: {err.strerror}") from err
+        return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if isinstance(video, torch.Tensor):
+        video = video.detach().cpu().numpy()
+    if isinstance(video, np.ndarray):
+        if video.ndim != 4:
+            raise ValueError(
+                f"video {index}: an array video must be 4-D (T, H, W, C) or a tensor (T, C, H, W), "
+                f"got shape {tuple(video.shape)}"
+            )
+        arr = np.ascontiguousarray(video)
+        return (
+            "array",
+            str(arr.dtype),
+            arr.shape,
+            hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest(),
+        )
+    if isinstance(video, Sequence) and not isinstance(video, (str, bytes)):
+        if len(video) == 0:
+            raise ValueError(f"video {index} is an empty list of frames")
+        keys = []
+        for j, frame in enumerate(video):
+            try:
+                keys.append(image_key(frame, j))
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"video {index}, frame {j}: {err}") from err
+        return ("frames", tuple(keys))
+    raise TypeError(f"video {index}: expected {_ACCEPTED}, got {type(video).__name__}")
+
+
+def _open_container(av, path: Path, index: int, label: str):
+    if not path.exists():
+        raise ValueError(f"video {index}{label}: file not found")
+    if path.is_dir():
+        raise ValueError(f"video {index}{label} is a folder, not a video file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"video {index}{label} is an empty file (0 bytes)")
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as err:
+        raise ValueError(f"video {index}{label} is not a readable video file: {err}") from err
+    if not container.streams.video:
+        container.close()
+        raise ValueError(f"video {index}{label} has no video stream")
+    return container
+
+
+def _decode_selected(av, path: Path, wanted: set[int] | None, size: int, index: int, label: str):
+    """Decode the stream once; convert only the frames whose position is in ``wanted`` (all if None).
+
+    Returns:
+        (frames, n_decoded, announced): {position: (size, size, 3) uint8}, how many frames the stream
+        decoded to, and how many its header announces (0 when it does not say).
+    """
+    container = _open_container(av, path, index, label)
+    kept: dict[int, np.ndarray] = {}
+    n = 0
+    try:
+        stream = container.streams.video[0]
+        announced = int(stream.frames or 0)
+        stream.thread_type = "AUTO"
+        for frame in container.decode(stream):
+            if wanted is None or n in wanted:
+                kept[n] = resize_and_crop(frame.to_image(), size)
+            n += 1
+    except av.error.FFmpegError as err:
+        raise ValueError(
+            f"video {index}{label} is corrupt: decoding failed after {n} frame(s): {err}"
+        ) from err
+    finally:
+        container.close()
+    return kept, n, announced
+
+
+def _count_frames(av, path: Path, index: int, label: str) -> int:
+    """The stream's frame count from its header, else by reading its packets (no decoding)."""
+    container = _open_container(av, path, index, label)
+    try:
+        stream = container.streams.video[0]
+        if stream.frames and stream.frames > 0:
+            return int(stream.frames)
+        return sum(1 for packet in container.demux(stream) if packet.size)
+    except av.error.FFmpegError as err:
+        raise ValueError(f"video {index}{label} is corrupt: {err}") from err
+    finally:
+        container.close()
+
+
+def decode_video(
+    path: str | os.PathLike, num_frames: int | None, size: int, index: int = 0
+) -> list[np.ndarray]:
+    """The sampled frames of a video file, each resized and centre-cropped as CLIP preprocesses images.
+
+    With ``num_frames`` set, the frame count is taken from the container (header or packets) so that only
+    the sampled frames are converted; if decoding finds another count, the sampling is redone on the
+    true count, so the indices are always those of the frames the decoder delivers.
+
+    Args:
+        path: a video file PyAV (FFmpeg) can read.
+        num_frames: frames kept, evenly spaced; ``None`` keeps every frame.
+        size: the model's input size (the frames are returned ready for it).
+        index: the video's position in the caller's list, for error messages.
+
+    Returns:
+        list of (size, size, 3) uint8 arrays, in sampling order.
+
+    Raises:
+        ValueError: missing, empty, unreadable or corrupt file, no video stream, or no decodable frame.
+    """
+    av = _import_av()
+    label = _describe(path)
+    path = Path(os.fspath(path)).expanduser()
+    if num_frames is None:
+        kept, n, announced = _decode_selected(av, path, None, size, index, label)
+        _check_count(n, announced, index, label)
+        return [kept[i] for i in range(n)]
+    guess = _count_frames(av, path, index, label)
+    wanted = sample_indices(guess, num_frames) if guess > 0 else None
+    kept, n, announced = _decode_selected(
+        av, path, None if wanted is None else set(wanted), size, index, label
+    )
+    _check_count(n, announced, index, label)
+    true_wanted = sample_indices(n, num_frames)
+    if not set(true_wanted) <= kept.keys():
+        # The header's count was wrong: decode again, keeping the frames sampled from the true count.
+        kept, n2, _ = _decode_selected(av, path, set(true_wanted), size, index, label)
+        if n2 != n:
+            raise ValueError(
+                f"video {index}{label} decodes to {n} then {n2} frames: it is unstable or corrupt"
+            )
+    return [kept[i] for i in true_wanted]
+
+
+def _check_count(n: int, announced: int, index: int, label: str) -> None:
+    if n == 0:
+        raise ValueError(f"video {index}{label} has no decodable frames")
+    if announced and n < announced:
+        # FFmpeg skips frames it cannot decode; say so rather than score a damaged video silently.
+        warnings.warn(
+            f"video {index}{label}: its header announces {announced} frames but only {n} decoded "
+            "(the file may be damaged); scoring the decoded frames",
+            stacklevel=4,
+        )
+
+
+def _frames_of(video: VideoInput, num_frames: int | None, size: int, index: int) -> list[np.ndarray]:
+    """Sampled frames of any accepted video input, preprocessed to (size, size, 3) uint8."""
+    if isinstance(video, (str, os.PathLike)):
+        return decode_video(video, num_frames, size, index)
+    if isinstance(video, torch.Tensor):
+        frames: Sequence = list(video.detach().cpu())
+    elif isinstance(video, np.ndarray):
+        frames = list(video)
+    else:
+        frames = video
+    if len(frames) == 0:
+        raise ValueError(f"video {index} has no frames")
+    out = []
+    for j in sample_indices(len(frames), num_frames):
+        try:
+            out.append(resize_and_crop(load_image(frames[j], j), size))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"video {index}, frame {j}: {err}") from err
+    return out
+
+
+def _default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def encode_videos(
+    backbone: Backbone,
+    videos: Sequence[VideoInput],
+    num_frames: int | None = NUM_FRAMES,
+    batch_size: int = BATCH_SIZE,
+    num_workers: int | None = None,
+    progress: bool | None = None,
+) -> list[torch.Tensor]:
+    """Per-frame CLIP embeddings of each video; a video given several times is decoded and encoded once.
+
+    Args:
+        backbone: from ``load_backbone``.
+        videos: file paths, lists of frames (PIL images, arrays, tensors, image paths), (T, H, W, C) arrays
+            or (T, C, H, W) tensors.
+        num_frames: frames per video, evenly spaced; ``None`` = every frame.
+        batch_size: frames per forward pass of the image encoder.
+        num_workers: threads decoding videos ahead of the model (default: CPU count, at most 4).
+        progress: show a progress bar (``None``: only for long runs on a terminal).
+
+    Returns:
+        list of (K_i, D) float32 CPU tensors, each row L2-normalised, in input order (shared, not copied,
+        between repeated videos).
+    """
+    num_frames = check_num_frames(num_frames)
+    keys = [video_key(v, i) for i, v in enumerate(videos)]
+    uniques, inverse = unique_indices(keys)
+    size = backbone.image_size
+    # Frames are encoded in chunks of several batches so a long list of videos never sits in memory at once.
+    chunk_frames = max(batch_size * 4, 256)
+    window = max(2, (num_workers or _default_workers()) * 2)
+    out: list[torch.Tensor | None] = [None] * len(uniques)
+
+    pending: list[np.ndarray] = []
+    owners: list[tuple[int, int]] = []  # (unique position, frame count)
+
+    def flush() -> None:
+        if not pending:
+            return
+        emb = encode_images(backbone, pending, batch_size=batch_size, num_workers=1, progress=False)
+        start = 0
+        for pos, count in owners:
+            out[pos] = emb[start : start + count].clone()
+            start += count
+        pending.clear()
+        owners.clear()
+
+    with (
+        ThreadPoolExecutor(max_workers=num_workers or _default_workers()) as pool,
+        _progress(len(uniques), "videos", progress) as bar,
+    ):
+        futures = {}
+        submitted = 0
+        try:
+            for pos in range(len(uniques)):
+                while submitted < len(uniques) and submitted < pos + window:
+                    i = uniques[submitted]
+                    futures[submitted] = pool.submit(_frames_of, videos[i], num_frames, size, i)
+                    submitted += 1
+                frames = futures.pop(pos).result()
+                pending.extend(frames)
+                owners.append((pos, len(frames)))
+                if len(pending) >= chunk_frames:
+                    flush()
+                bar.update(1)
+            flush()
+        finally:
+            for fut in futures.values():
+                fut.cancel()
+    return [out[j] for j in inverse]
+
+
+def frame_embeddings(
+    embeds, n: int, dim: int, num_frames: int | None = NUM_FRAMES, name: str = "video_embeds"
+) -> list[torch.Tensor]:
+    """Precomputed frame embeddings, one (K_i, D) array per video, sampled and L2-normalised row by row.
+
+    ``num_frames`` samples the given frames as it samples decoded ones (the authors' VATEX-EVAL script keeps
+    10 of its cached per-frame features this way).
+
+    Args:
+        embeds: a list of N (K_i, D) arrays/tensors, or one (N, K, D) array/tensor.
+        n: number of predictions.
+        dim: the model's embedding size D.
+
+    Returns:
+        list of N (K, D) float32 CPU tensors.
+    """
+    num_frames = check_num_frames(num_frames)
+    if isinstance(embeds, (np.ndarray, torch.Tensor)):
+        if embeds.ndim != 3:
+            raise ValueError(
+                f"{name} must be a list of (K, D) frame embeddings or one (N, K, D) array, "
+                f"got shape {tuple(embeds.shape)}"
+            )
+        embeds = list(embeds)
+    if isinstance(embeds, (str, bytes)) or not isinstance(embeds, Sequence):
+        raise TypeError(
+            f"{name} must be a list with one (K, D) array per prediction, got {type(embeds).__name__}"
+        )
+    if len(embeds) != n:
+        raise ValueError(f"got {len(embeds)} {name} for {n} predictions")
+    out = []
+    cache: dict[int, torch.Tensor] = {}
+    for i, e in enumerate(embeds):
+        if id(e) in cache:
+            out.append(cache[id(e)])
+            continue
+        t = e if isinstance(e, torch.Tensor) else torch.as_tensor(np.asarray(e, dtype=np.float32))
+        t = t.detach().float().cpu()
+        if t.ndim == 1:
+            t = t[None]
+        if t.ndim != 2 or t.shape[1] != dim:
+            raise ValueError(
+                f"{name} {i} has shape {tuple(t.shape)}; expected (frames, {dim}) for this model"
+            )
+        if t.shape[0] == 0:
+            raise ValueError(f"{name} {i} has no frames")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} {i} holds NaN or inf")
+        t = F.normalize(t[sample_indices(t.shape[0], num_frames)], dim=-1)
+        cache[id(e)] = t
+        out.append(t)
+    return out
