@@ -4,10 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+scripts/setup.sh test,spaces,video,bench
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
-"${PIP[@]}" -c constraints.txt -e ".[test,spaces,video,bench]"
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.
 "${PIP[@]}" --no-deps -c constraints.txt "openai-clip==1.0.1"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Creates .venv and installs capeval (editable) with the given extras, torch pinned by constraints.txt.
+# Usage: scripts/setup.sh [extras], e.g. scripts/setup.sh test,spaces,video,bench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+spec="."
+[ -n "${1:-}" ] && spec=".[$1]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e "$spec"
