@@ -1,0 +1,150 @@
+"""Reading checkpoint files safely: ``torch.load(weights_only=True)``, safetensors, and their hashes."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import pickle
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from capeval.checkpoints.layout import METADATA_KEYS
+
+
+def _data_only_globals() -> list:
+    """Plain-data types that training scripts leave next to weights; none of them can run code."""
+    import numpy as np
+
+    scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+    names = ("Bool", "Float16", "Float32", "Float64", "Int8", "Int16", "Int32", "Int64")
+    names += ("UInt8", "UInt16", "UInt32", "UInt64")
+    dtypes = [getattr(np.dtypes, f"{n}DType") for n in names if hasattr(np, "dtypes")]
+    return [argparse.Namespace, np.dtype, scalar, (scalar, "numpy.core.multiarray.scalar"), *dtypes]
+
+
+def _unsafe_globals(path: Path, message: str) -> list[str]:
+    try:
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # noqa: BLE001 - not a zip checkpoint: fall back to the name in torch's message
+        return re.findall(r"GLOBAL ([\w.]+)", message)
+
+
+def torch_load_weights(path: str | Path):
+    """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a truncated or corrupt file, or one whose unpickling would need code (nothing is run).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file {path.absolute()} does not exist")
+    try:
+        with torch.serialization.safe_globals(_data_only_globals()):
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as err:
+                if "mmap" not in str(err):
+                    raise
+                return torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
+    except pickle.UnpicklingError as err:
+        names = _unsafe_globals(path, str(err))
+        if names and not any(n.startswith("torch.") for n in names):
+            raise ValueError(
+                f"refused to load {path}: unpickling it needs {', '.join(names)}, which can run arbitrary code, "
+                "and capeval reads checkpoints with torch.load(weights_only=True); nothing in the file was "
+                "executed. A PAC-S checkpoint needs only tensors: re-save its state dict from a trusted copy, "
+                "or use a converted (safetensors) model."
+            ) from err
+        raise ValueError(
+            f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
+        ) from err
+    except (RuntimeError, EOFError, KeyError, ValueError, OSError) as err:
+        raise ValueError(
+            f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
+        ) from err
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint file: ``.safetensors``, or a ``torch.save`` file holding a state dict
+    directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unreadable, unsafe, or not a state dict of tensors.
+    """
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint file {path.absolute()} does not exist")
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            obj = load_file(path)
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ValueError(
+                f"{path} is truncated or corrupt: not a readable safetensors file ({err})"
+            ) from err
+    else:
+        obj = torch_load_weights(path)
+    if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
+        obj = obj["state_dict"]
+    if not isinstance(obj, Mapping) or not obj:
+        found = sorted(obj)[:8] if isinstance(obj, Mapping) else type(obj).__name__
+        raise ValueError(
+            f"{path} holds no state dict (expected tensors, or a dict with 'state_dict'); found {found}"
+        )
+    sd = {}
+    for key, value in obj.items():
+        name = key[len("module.") :] if isinstance(key, str) and key.startswith("module.") else key
+        if name in METADATA_KEYS and not isinstance(value, torch.Tensor):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(
+                f"{path}: entry {key!r} is {type(value).__name__}, not a tensor; expected a state dict "
+                f"(tensors only) or a dict with 'state_dict'; top-level keys: {sorted(obj)[:8]}"
+            )
+        sd[name] = value
+    return sd
+
+
+def read_model_folder(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a transformers folder's safetensors weights (single file or sharded)."""
+    from safetensors.torch import load_file
+
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        raise FileNotFoundError(f"checkpoint folder {folder} has no model.safetensors (nor its index)")
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            sd.update(load_file(f))
+        except Exception as err:  # noqa: BLE001 - safetensors raises several types for damaged files
+            raise ValueError(f"{f} is truncated or corrupt: not a readable safetensors file ({err})") from err
+    return sd
+
+
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file, cached per (path, size, mtime) for the process."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
+        _SHA_CACHE[key] = digest.hexdigest()
+    return _SHA_CACHE[key]
