@@ -32,6 +32,7 @@ VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C
 
 NUM_FRAMES = None  # Shi et al. 2022, emscore/utils.py encode_video: the library embeds every frame
 VATEX_EVAL_NUM_FRAMES = 10  # Shi et al. 2022, VATEX-EVAL-demo.py: use_uniform_sample = 10
+CHUNK_FRAMES = 256  # frames decoded ahead and encoded together (bounds memory, not results)
 
 _ACCEPTED = (
     "a video file path, a list of frames (PIL images, arrays, tensors or image paths), "
@@ -131,8 +132,12 @@ def _open_container(av, path: Path, index: int, label: str):
     except av.error.FFmpegError as err:
         raise ValueError(f"video {index}{label} is not a readable video file: {err}") from err
     if not container.streams.video:
+        streams = len(container.streams)
         container.close()
-        raise ValueError(f"video {index}{label} has no video stream")
+        if streams == 0:
+            # What FFmpeg reports for an MP4 cut before its index (moov) atom.
+            raise ValueError(f"video {index}{label} holds no streams: it is truncated or not a video file")
+        raise ValueError(f"video {index}{label} has no video stream (only {streams} other stream(s))")
     return container
 
 
@@ -287,7 +292,7 @@ def encode_videos(
     uniques, inverse = unique_indices(keys)
     size = backbone.image_size
     # Frames are encoded in chunks of several batches so a long list of videos never sits in memory at once.
-    chunk_frames = max(batch_size * 4, 256)
+    chunk_frames = max(batch_size * 4, CHUNK_FRAMES)
     window = max(2, (num_workers or _default_workers()) * 2)
     out: list[torch.Tensor | None] = [None] * len(uniques)
 
@@ -382,3 +387,36 @@ def frame_embeddings(
         cache[id(e)] = t
         out.append(t)
     return out
+
+
+def write_video(
+    path: str | os.PathLike, frames: Sequence, fps: int = 10, codec: str = "libx264", pix_fmt: str = "yuv420p"
+) -> Path:
+    """Encode frames (PIL images or (H, W, 3) uint8 arrays of one size) into a video file with PyAV.
+
+    For tests, demos and examples (e.g. a clip of ``capeval.testing.shapes.draw_frames``). H.264 needs even
+    sides: odd-sized frames are cropped by one pixel.
+
+    Returns:
+        Path: the written file.
+    """
+    av = _import_av()
+    if len(frames) == 0:
+        raise ValueError("write_video needs at least one frame")
+    arrays = [
+        np.asarray(f.convert("RGB")) if hasattr(f, "convert") else np.asarray(f, dtype=np.uint8)
+        for f in frames
+    ]
+    h, w = arrays[0].shape[:2]
+    h, w = h - h % 2, w - w % 2
+    path = Path(os.fspath(path))
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
+        for i, arr in enumerate(arrays):
+            if arr.shape[:2] != arrays[0].shape[:2] or arr.ndim != 3 or arr.shape[2] != 3:
+                raise ValueError(f"frame {i} has shape {arr.shape}; every frame must be {arrays[0].shape}")
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(arr[:h, :w]), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return path
