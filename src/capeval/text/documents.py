@@ -1,0 +1,125 @@
+"""Captions as normalised bags of in-vocabulary words, prepared once per batch for WMD and WEmbSim.
+
+Every distinct caption string is tokenised once, every distinct bag of words is one document, and every word
+of the batch is embedded once: a reference shared by many candidates costs nothing extra.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from capeval.text.tokenize import coco_tokens
+from capeval.text.vectors import WordVectors
+
+
+@dataclass
+class Documents:
+    """Distinct documents of a batch in CSR layout.
+
+    Attributes:
+        ptr: (n_docs + 1,) int64; document ``k`` owns entries ``ptr[k]:ptr[k+1]``.
+        words: (nnz,) int64 row of each distinct word in ``embeddings``.
+        weights: (nnz,) float64 normalised word counts (count / in-vocabulary length), as gensim's nBOW.
+        embeddings: (n_words, D) float64 vectors of the batch vocabulary.
+        vocabulary: (n_words,) the words.
+        tokens: per document, its in-vocabulary tokens in order (what gensim receives).
+    """
+
+    ptr: np.ndarray
+    words: np.ndarray
+    weights: np.ndarray
+    embeddings: np.ndarray
+    vocabulary: list[str]
+    tokens: list[list[str]]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.ptr)
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+
+@dataclass
+class PreparedTexts:
+    """``doc[i]``: the document of text ``i``; ``oov[i]``: its dropped out-of-vocabulary tokens."""
+
+    doc: np.ndarray
+    oov: list[list[str]]
+    documents: Documents
+
+
+def prepare(
+    texts: Sequence[str],
+    vectors: WordVectors,
+    stopwords: frozenset[str],
+    tokenizer: Callable[[str], list[str]],
+    normalize: bool = False,
+) -> PreparedTexts:
+    """Tokenise, drop stopwords and out-of-vocabulary words, and embed the batch vocabulary once.
+
+    Args:
+        texts: every caption of the batch (candidates and references together).
+        vectors: the word vectors.
+        stopwords: words removed after tokenisation.
+        tokenizer: caption -> tokens (punctuation already removed), e.g. ``coco_tokens``.
+        normalize: unit-length word vectors (gensim 4's default) instead of raw ones (gensim 3's).
+    """
+    kv = vectors.keyed_vectors
+    text_index: dict[str, int] = {}
+    doc_index: dict[tuple, int] = {}
+    docs: list[list[str]] = []
+    bags: list[Counter] = []
+    text_doc = np.empty(len(texts), dtype=np.int64)
+    oov: list[list[str]] = []
+    per_text: list[tuple[int, list[str]]] = []
+    contains = kv.__contains__
+    for i, text in enumerate(texts):
+        j = text_index.get(text)
+        if j is not None:
+            text_doc[i] = per_text[j][0]
+            oov.append(per_text[j][1])
+            continue
+        tokens = [t for t in tokenizer(text) if t not in stopwords]
+        kept = [t for t in tokens if contains(t)]
+        dropped = [t for t in tokens if not contains(t)] if len(kept) != len(tokens) else []
+        bag = Counter(kept)
+        key = tuple(sorted(bag.items()))
+        k = doc_index.get(key)
+        if k is None:
+            k = doc_index[key] = len(docs)
+            docs.append(kept)
+            bags.append(bag)
+        text_index[text] = len(per_text)
+        per_text.append((k, dropped))
+        text_doc[i] = k
+        oov.append(dropped)
+    vocab_index: dict[str, int] = {}
+    ptr = np.zeros(len(docs) + 1, dtype=np.int64)
+    words: list[int] = []
+    weights: list[float] = []
+    for k, (tokens, bag) in enumerate(zip(docs, bags, strict=True)):
+        length = float(len(tokens))
+        for word, count in bag.items():
+            words.append(vocab_index.setdefault(word, len(vocab_index)))
+            weights.append(count / length)
+        ptr[k + 1] = len(words)
+    vocabulary = list(vocab_index)
+    embeddings = vectors.embed(vocabulary, normalize=normalize)
+    documents = Documents(
+        ptr=ptr,
+        words=np.asarray(words, dtype=np.int64),
+        weights=np.asarray(weights, dtype=np.float64),
+        embeddings=embeddings,
+        vocabulary=vocabulary,
+        tokens=docs,
+    )
+    return PreparedTexts(doc=text_doc, oov=oov, documents=documents)
+
+
+def default_tokenizer(text: str) -> list[str]:
+    return coco_tokens(text)

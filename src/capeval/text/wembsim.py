@@ -1,0 +1,147 @@
+"""WEmbSim (Sharif et al., DICTA 2020): cosine of the mean word embeddings of a caption and its references.
+
+Each caption becomes the mean of the vectors of its tokens (the paper's MOWE) after stopword and
+out-of-vocabulary removal; a candidate's score combines its cosines with every reference by ``mean`` (the
+paper), ``max`` or ``min``; the corpus score is the mean. Tokenisation and stopwords are the ones of the WMD
+metric (the COCO toolkit's PTB tokens and NLTK-derived list), so both embedding metrics see the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from capeval.signature import build_signature
+from capeval.text.documents import Documents, prepare
+from capeval.text.stopwords import resolve_stopwords
+from capeval.text.vectors import WordVectors, load_vectors
+from capeval.text.wmd import _tokenizer_option, warn_empty
+from capeval.validation import check_predictions, check_references
+
+REDUCTIONS = ("mean", "max", "min")
+REDUCTION = "mean"  # Sharif et al. 2020: the cosines with the references are averaged
+
+
+def mean_embeddings(docs: Documents) -> np.ndarray:
+    """(n_docs, D) mean word embedding of each document (zeros for an empty one).
+
+    The nBOW weights are count / length, so the weighted sum is the mean over the tokens.
+    """
+    bow = sp.csr_matrix((docs.weights, docs.words, docs.ptr), shape=(len(docs), max(len(docs.vocabulary), 1)))
+    emb = docs.embeddings if len(docs.vocabulary) else np.zeros((1, docs.embeddings.shape[1]))
+    return np.asarray(bow @ emb)
+
+
+def reference_cosines(
+    centroids: np.ndarray, candidate_doc: np.ndarray, reference_doc: np.ndarray, owner: np.ndarray
+) -> np.ndarray:
+    """(M,) cosine of each reference's mean embedding with its candidate's; NaN where either is zero."""
+    norms = np.linalg.norm(centroids, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = centroids / norms[:, None]
+    unit[norms == 0] = np.nan
+    c = unit[candidate_doc[owner]]
+    r = unit[reference_doc]
+    return np.einsum("ij,ij->i", c, r)
+
+
+def combine(cosines: np.ndarray, owner: np.ndarray, n: int, reduction: str) -> np.ndarray:
+    """(n,) per-candidate ``mean``/``max``/``min`` of its finite cosines; 0 when none is finite."""
+    valid = np.isfinite(cosines)
+    counts = np.bincount(owner, weights=valid, minlength=n)
+    out = np.zeros(n)
+    if reduction == "mean":
+        sums = np.bincount(owner, weights=np.where(valid, cosines, 0.0), minlength=n)
+        np.divide(sums, counts, out=out, where=counts > 0)
+        return out
+    fill = -np.inf if reduction == "max" else np.inf
+    values = np.where(valid, cosines, fill)
+    best = np.full(n, fill)
+    (np.maximum if reduction == "max" else np.minimum).at(best, owner, values)
+    return np.where(counts > 0, best, 0.0)
+
+
+class WEmbSim:
+    """WEmbSim: cosine of mean word embeddings, candidate vs each reference, combined over references.
+
+    Args:
+        vectors: word vectors (``None``: the packaged GloVe-6B-50d); see ``capeval.text.load_vectors``.
+        reduction: ``"mean"`` over references (the paper), ``"max"`` or ``"min"``.
+        stopwords: ``"coco"`` (default, the NLTK-derived list of the COCO toolkit), ``"none"`` or a set.
+        normalize_vectors: average unit-length word vectors instead of raw ones.
+        tokenizer: ``"ptb"`` or a callable caption -> tokens.
+    """
+
+    name = "wembsim"
+
+    def __init__(
+        self,
+        vectors=None,
+        reduction: str = REDUCTION,
+        stopwords="coco",
+        normalize_vectors: bool = False,
+        tokenizer="ptb",
+    ) -> None:
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        self.vectors: WordVectors = load_vectors(vectors)
+        self.reduction = reduction
+        self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
+        self.normalize_vectors = bool(normalize_vectors)
+        self.tokenizer_label, self.tokenizer = _tokenizer_option(tokenizer)
+
+    def signature_options(self) -> dict[str, object]:
+        return {
+            "vectors": self.vectors.tag,
+            "normalize_vectors": self.normalize_vectors,
+            "stopwords": self.stopwords_label,
+            "tokenizer": self.tokenizer_label,
+            "reduction": self.reduction,
+        }
+
+    @property
+    def signature(self) -> str:
+        return build_signature(self.name, self.signature_options(), libraries=("gensim", "numpy"))
+
+    def __call__(self, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict:
+        """Score each caption against its references.
+
+        Returns:
+            dict: ``wembsim`` (mean score), ``scores`` (per caption, input order), ``reference_scores``
+            (per caption, the cosine with each reference; ``None`` for a reference without in-vocabulary
+            words, which is left out of the combination), ``signature``. A caption without in-vocabulary
+            words, or whose references all lack them, scores 0.
+        """
+        predictions = check_predictions(predictions)
+        references = check_references(references, len(predictions))
+        flat_refs = [r for refs in references for r in refs]
+        lengths = [len(r) for r in references]
+        owner = np.repeat(np.arange(len(predictions)), lengths)
+        prepared = prepare(
+            predictions + flat_refs, self.vectors, self.stopwords, self.tokenizer, self.normalize_vectors
+        )
+        docs = prepared.documents
+        cand_doc = prepared.doc[: len(predictions)]
+        ref_doc = prepared.doc[len(predictions) :]
+        centroids = mean_embeddings(docs)
+        cosines = reference_cosines(centroids, cand_doc, ref_doc, owner)
+        scores = combine(cosines, owner, len(predictions), self.reduction)
+        sizes = docs.sizes
+        warn_empty("predictions", np.flatnonzero(sizes[cand_doc] == 0), "score 0")
+        empty_refs = np.flatnonzero(sizes[ref_doc] == 0)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        warn_empty(
+            "references",
+            [f"{owner[k]}.{k - starts[owner[k]]}" for k in empty_refs],
+            "left out of their caption's combination",
+        )
+        per_ref = [None if not np.isfinite(c) else float(c) for c in cosines]
+        split = np.cumsum(lengths)[:-1]
+        return {
+            self.name: float(scores.mean()),
+            "scores": scores.tolist(),
+            "reference_scores": [list(x) for x in np.split(np.array(per_ref, dtype=object), split)],
+            "signature": self.signature,
+        }
