@@ -106,6 +106,24 @@ def vit_b32_config():
     )  # fmt: skip
 
 
+def vit_l14_config():
+    """The real ViT-L/14 geometry (224 px input), for speed benchmarks with random weights."""
+    from transformers import CLIPConfig
+
+    return CLIPConfig(
+        text_config=dict(
+            vocab_size=VOCAB_SIZE, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+            num_attention_heads=12, max_position_embeddings=77, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+            pad_token_id=EOS_ID, hidden_act="quick_gelu",
+        ),
+        vision_config=dict(
+            hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+            image_size=224, patch_size=14, hidden_act="quick_gelu",
+        ),
+        projection_dim=768,
+    )  # fmt: skip
+
+
 def write_preprocessor_config(folder: Path, image_size: int) -> None:
     """The CLIP preprocessing constants, in the file transformers' CLIP folders carry."""
     cfg = {

@@ -1,0 +1,1 @@
+"""Speed benchmarks: workloads, the pipelines compared, and timing helpers (used by scripts/bench_*.py)."""
