@@ -84,3 +84,24 @@ def test_prefix_is_joined_with_one_space_as_the_authors_do():
     assert with_prefix("a dog", "A photo depicts") == "A photo depicts a dog"
     assert with_prefix("a dog", "A photo depicts ") == "A photo depicts a dog"
     assert with_prefix("a dog", "") == "a dog"
+
+
+def test_plain_ascii_fast_path_equals_the_full_ftfy_cleaning():
+    import html
+    import re
+    import string
+
+    import ftfy
+
+    def full(text):
+        text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+        return re.sub(r"\s+", " ", text).strip()
+
+    rng = random.Random(1)
+    alphabet = string.printable
+    pieces = ["\r\n", "\r", "\t", "&amp;", "&lt;b&gt;", "<b>", "\x0b", "\x0c", "\x00", "\x7f", "é", "“"]
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+        if rng.random() < 0.5:
+            text += rng.choice(pieces) + text
+        assert clean_caption(text) == full(text), repr(text)
