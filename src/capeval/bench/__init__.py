@@ -1,0 +1,76 @@
+"""Human-agreement benchmarks for caption metrics: loaders, protocols, statistics, runner and reports.
+
+>>> from capeval.bench import load_vatex_eval, vatex_eval_correlation
+>>> ds = load_vatex_eval("../shared/benchmarks/vatex_eval")          # doctest: +SKIP
+>>> vatex_eval_correlation(my_scores, ds["human_scores"])            # doctest: +SKIP
+{'kendall': ..., 'spearman': ..., ...}
+
+Names are imported on first use so ``import capeval.bench`` stays light.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+_LAZY = {
+    # loaders
+    "load_flickr8k_expert": "capeval.bench.flickr8k",
+    "load_flickr8k_cf": "capeval.bench.flickr8k",
+    "load_clipscore_json": "capeval.bench.flickr8k",
+    "load_composite": "capeval.bench.composite",
+    "load_pascal50s": "capeval.bench.pascal",
+    "load_pascal50s_json": "capeval.bench.pascal",
+    "load_abstract50s": "capeval.bench.pascal",
+    "load_foil": "capeval.bench.foil",
+    "load_vatex_eval": "capeval.bench.vatex",
+    "load_thumb": "capeval.bench.systems",
+    "load_system_captions": "capeval.bench.systems",
+    "load_system_human_scores": "capeval.bench.systems",
+    "load_polaris": "capeval.bench.hub",
+    "load_nebula": "capeval.bench.hub",
+    "read_references": "capeval.bench.references",
+    # protocols
+    "exclude_candidates_in_references": "capeval.bench.protocols",
+    "remove_judged_from_references": "capeval.bench.protocols",
+    "composite_references": "capeval.bench.protocols",
+    "rating_rows": "capeval.bench.protocols",
+    "rating_correlations": "capeval.bench.protocols",
+    "draw_references": "capeval.bench.protocols",
+    "accuracy_by_category": "capeval.bench.protocols",
+    "vatex_references": "capeval.bench.protocols",
+    "vatex_eval_correlation": "capeval.bench.protocols",
+    "system_level_correlation": "capeval.bench.protocols",
+    # statistics
+    "kendall_tau": "capeval.bench.statistics",
+    "spearman": "capeval.bench.statistics",
+    "pearson": "capeval.bench.statistics",
+    "williams_test": "capeval.bench.statistics",
+    "williams_test_scores": "capeval.bench.statistics",
+    "bootstrap_ci": "capeval.bench.statistics",
+    "pairwise_accuracy": "capeval.bench.statistics",
+    "forward_selection": "capeval.bench.infogain",
+    # running and reporting
+    "BenchMetric": "capeval.bench.metrics",
+    "metric_from_callable": "capeval.bench.metrics",
+    "resolve_metric": "capeval.bench.metrics",
+    "ScoreCache": "capeval.bench.cache",
+    "BENCHMARKS": "capeval.bench.benchmarks",
+    "get_benchmark": "capeval.bench.benchmarks",
+    "run_benchmark": "capeval.bench.runner",
+    "run_benchmarks": "capeval.bench.runner",
+    "write_report": "capeval.bench.report",
+    "published_values": "capeval.bench.published",
+    "published_value": "capeval.bench.published",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'capeval.bench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,232 @@
+"""``capeval bench ...``: reproduce the papers' human-agreement tables from the command line.
+
+Wiring (in ``capeval.cli``)::
+
+    from capeval.bench.cli import add_bench_parser
+    add_bench_parser(subparsers)          # adds "bench"; the parsed args carry func=capeval.bench.cli.run
+
+``scripts/reproduce.py`` calls :func:`main` with the same arguments (``bench`` implied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+DEFAULT_METRICS = ["baselines", "length", "text", "image"]
+
+
+def _data_dir_default() -> str:
+    return os.environ.get("CAPEVAL_BENCH_DATA", "benchmarks")
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object."""
+    from capeval.bench.benchmarks import BENCHMARKS
+
+    bench = subparsers.add_parser(
+        "bench",
+        help="reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
+        description="Measure caption metrics against human judgments the way the papers do.",
+    )
+    sub = bench.add_subparsers(dest="bench_command", metavar="{run,list,published}")
+
+    r = sub.add_parser("run", help="score metrics on benchmarks and write the Markdown report with plots")
+    r.add_argument(
+        "benchmarks",
+        nargs="*",
+        default=["all"],
+        help=f"benchmarks to run ({', '.join(BENCHMARKS)}; default: all that have data)",
+    )
+    r.add_argument(
+        "-m",
+        "--metrics",
+        nargs="+",
+        default=DEFAULT_METRICS,
+        help="metric names, groups (baselines, text, image) or package.module:callable "
+        f"(default: {' '.join(DEFAULT_METRICS)})",
+    )
+    r.add_argument(
+        "--data-dir",
+        default=_data_dir_default(),
+        help="folder with one sub-folder per benchmark (default: $CAPEVAL_BENCH_DATA or ./benchmarks)",
+    )
+    r.add_argument("--out", default="bench-report", help="report folder (report.md, results.json, plots/)")
+    r.add_argument(
+        "--image-root", help="folder of the benchmark images (image metrics are skipped without it)"
+    )
+    r.add_argument("--video-root", help="folder of the VATEX-EVAL videos")
+    r.add_argument(
+        "--cache-dir", help="per-item score cache (default: $CAPEVAL_BENCH_CACHE or ~/.cache/capeval/bench)"
+    )
+    r.add_argument("--no-cache", action="store_true", help="neither read nor write cached scores")
+    r.add_argument("--model", help="CLIP backbone for image metrics (Hub id or local folder)")
+    r.add_argument("--checkpoint", help="PAC-S weights (authors' .pth, converted folder or Hub repo)")
+    r.add_argument("--vectors", help="word vectors for WMD / WEmbSim (default: the packaged GloVe-6B-50d)")
+    r.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)")
+    r.add_argument(
+        "--pascal-draws", type=int, default=5, help="random reference draws on Pascal-50S (default 5)"
+    )
+    r.add_argument(
+        "--ties",
+        default="half",
+        choices=["half", "random", "wrong", "first"],
+        help="what a metric tie counts as in pairwise accuracy (default: half)",
+    )
+    r.add_argument("--abstract-votes", help="Abstract-50S human votes (not in the public files)")
+    r.add_argument("--thumb-references", help="COCO references for THumB 1.0")
+    r.add_argument(
+        "--composite-keep-references",
+        action="store_true",
+        help="Composite: keep the rated human caption among the references (the easier setting)",
+    )
+    r.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
+    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--strict", action="store_true", help="stop on the first metric error")
+
+    sub.add_parser("list", help="benchmarks, their data folders and which metrics can run here").add_argument(
+        "--data-dir", default=_data_dir_default()
+    )
+    p = sub.add_parser("published", help="print the published values of the reproduction config")
+    p.add_argument("benchmark", nargs="?", help="only this benchmark")
+    bench.set_defaults(func=run)
+    return bench
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from capeval.bench.benchmarks import BENCHMARKS, get_benchmark
+    from capeval.bench.cache import ScoreCache
+    from capeval.bench.report import markdown_table, write_report
+    from capeval.bench.runner import run_benchmark
+
+    names = list(BENCHMARKS) if args.benchmarks in (["all"], []) else args.benchmarks
+    benches = [get_benchmark(n) for n in names]
+    explicit = args.benchmarks not in (["all"], [])
+    options = {
+        "image_root": args.image_root,
+        "video_root": args.video_root,
+        "seed": args.seed,
+        "ties": args.ties,
+        "pascal_n_draws": args.pascal_draws,
+        "abstract_votes": args.abstract_votes,
+        "thumb_references": args.thumb_references,
+        "composite_keep_references": args.composite_keep_references,
+        "split": args.split,
+    }
+    metric_options = {
+        "model": args.model,
+        "checkpoint": args.checkpoint,
+        "vectors": args.vectors,
+        "device": args.device,
+    }
+    cache = ScoreCache(args.cache_dir, enabled=not args.no_cache)
+    runs = []
+    for b in benches:
+        if not explicit and not b.data_path(args.data_dir).exists():
+            print(f"[bench] {b.title}: no data under {b.data_path(args.data_dir)}, skipped", file=sys.stderr)
+            continue
+        print(f"[bench] {b.title}", file=sys.stderr)
+        run = run_benchmark(
+            b,
+            args.metrics,
+            data_dir=args.data_dir,
+            cache=cache,
+            options=options,
+            metric_options=metric_options,
+            progress=False if args.no_progress else None,
+            strict=args.strict,
+        )
+        runs.append(run)
+        if run.skipped:
+            print(f"[bench] {b.title} not run: {run.skipped}", file=sys.stderr)
+            continue
+        for o in run.outcomes.values():
+            if o.skipped:
+                print(f"[bench]   {o.name} skipped: {o.skipped}", file=sys.stderr)
+        print(f"\n{b.title}\n{markdown_table(run)}\n")
+    if not runs:
+        print("[bench] nothing to run: no benchmark data found (see --data-dir)", file=sys.stderr)
+        return 1
+    report = write_report(
+        runs,
+        args.out,
+        plots=not args.no_plots,
+        context={"data": args.data_dir, "metrics": " ".join(args.metrics)},
+    )
+    print(f"[bench] report written to {report}", file=sys.stderr)
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from capeval.bench.benchmarks import BENCHMARKS
+    from capeval.bench.metrics import GROUPS, resolve_metric
+
+    print("benchmarks (data folder under --data-dir):")
+    for b in BENCHMARKS.values():
+        where = b.data_path(args.data_dir)
+        print(f"  {b.name:16} {b.title:16} {where}  [{'present' if where.exists() else 'absent'}]")
+    print("\nmetrics:")
+    for spec in [
+        "bleu1",
+        "bleu4",
+        "meteor",
+        "rougeL",
+        "cider",
+        "spice",
+        "length",
+        *GROUPS["text"],
+        *GROUPS["image"],
+    ]:
+        m = resolve_metric(spec)[0]
+        why = m.unavailable()
+        needs = (
+            ", ".join(x for x, f in (("references", m.uses_references), ("images", m.uses_images)) if f)
+            or "text only"
+        )
+        print(f"  {spec:13} {m.name:10} needs {needs:22} {'ok' if not why else 'unavailable: ' + why}")
+    return 0
+
+
+def _cmd_published(args: argparse.Namespace) -> int:
+    from capeval.bench.published import published_values, sources
+
+    src = sources()
+    rows = published_values(args.benchmark)
+    for p in rows:
+        print(f"{p.benchmark:16} {p.column:12} {p.metric:13} {p.value:8.3f}  [{p.source}]")
+    for key in sorted({p.source for p in rows}):
+        print(f"  {key}: {src[key]}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``capeval bench``: dispatch to ``run``, ``list`` or ``published``."""
+    command = getattr(args, "bench_command", None)
+    if command == "run":
+        return _cmd_run(args)
+    if command == "list":
+        return _cmd_list(args)
+    if command == "published":
+        return _cmd_published(args)
+    print("usage: capeval bench {run,list,published} ... (see capeval bench --help)", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python scripts/reproduce.py run flickr8k_expert ...`` (the ``capeval bench`` arguments)."""
+    parser = argparse.ArgumentParser(
+        prog="reproduce.py", description="capeval bench: reproduce the papers' tables"
+    )
+    sub = parser.add_subparsers(dest="command")
+    add_bench_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(["bench", *argv])
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,345 @@
+"""Pascal-50S and Abstract-50S (Vedantam et al. 2015): which of two captions do people prefer?
+
+Pascal-50S official files (``pyCIDErConsensus``, ``cider-matlab/data``):
+
+- ``pair_pascal.mat``: ``new_input`` (image name, sentence 1, sentence 2) for 4,000 pairs, ``category`` 1-4 =
+  HC (two correct human captions), HI (human correct vs human incorrect), HM (human vs machine), MM (two
+  machine captions), 1,000 each, and ``result``, the 11 per-pair votes (+1: sentence 1, -1: sentence 2).
+- ``consensus_pascal.mat``: ``triplets``, 48 per pair in pair order, each ``(reference, sentence 1, sentence 2,
+  winner)`` with winner 1 or 2: the 48 consensus judgments the CLIPScore/PAC-S protocol uses, and the 48
+  references they were made against.
+- ``pascal50S.mat``: ``refs``, 50 sentences for each of the 1,000 images.
+- ``pascal_50s_consensus_labels.json`` (CLIPScore/PAC-S JSON layout): ``{HC|HI|HM|MM: [{image, captions[2],
+  label, references[5]}]}`` with the consensus label (index of the preferred caption) already resolved.
+
+Abstract-50S (``cider/data``): ``abstract48S.json`` (48 references per clip-art scene, ``[{image_id, caption}]``)
+and ``abstract_candsB.json`` / ``abstract_candsC.json`` (the 400 candidate pairs, B vs C). Its human votes are
+not in those files; pass them as ``votes=`` (see :func:`load_abstract50s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import datasets
+import numpy as np
+
+from capeval.bench._common import (
+    PAIR_FEATURES,
+    build_dataset,
+    find_file,
+    image_path,
+    normalize_caption,
+    optional_file,
+)
+from capeval.bench.references import image_key
+
+PASCAL_CATEGORIES = {1: "HC", 2: "HI", 3: "HM", 4: "MM"}
+TIE_SEED = 42  # fixed seed for breaking consensus ties, as in the public Pascal-50S loaders
+
+_WHERE = (
+    "Pascal-50S files come with the CIDEr consensus data (pyCIDErConsensus.zip: pair_pascal.mat, "
+    "consensus_pascal.mat; vrama91/cider-matlab data/: pair_pascal.mat, pascal50S.mat)"
+)
+
+
+def _loadmat(path: Path) -> dict:
+    from scipy.io import loadmat
+
+    return loadmat(str(path))
+
+
+def _text(cell) -> str:
+    """A MATLAB char cell as a stripped string (``array(['x'])`` or nested object arrays)."""
+    while isinstance(cell, np.ndarray):
+        if cell.size == 0:
+            return ""
+        cell = cell.ravel()[0]
+    return str(cell).strip()
+
+
+def _scalar(cell) -> float:
+    """A MATLAB numeric cell (possibly nested in object arrays) as a Python number."""
+    while isinstance(cell, np.ndarray):
+        if cell.size != 1:
+            raise ValueError(f"expected one number, got an array of shape {cell.shape}")
+        cell = cell.ravel()[0]
+    return float(cell)
+
+
+def majority_label(votes_a: int, votes_b: int, rng: np.random.Generator) -> tuple[int, bool]:
+    """(label, tie): 0 when caption A has more votes, 1 for B; a tie is broken by ``rng``."""
+    if votes_a > votes_b:
+        return 0, False
+    if votes_b > votes_a:
+        return 1, False
+    return int(rng.integers(0, 2)), True
+
+
+def read_consensus_triplets(path: str | os.PathLike, n_pairs: int, per_pair: int = 48):
+    """``consensus_pascal.mat``: per pair, the references and the vote counts for (sentence 1, sentence 2)."""
+    mat = _loadmat(Path(path))
+    if "triplets" not in mat:
+        raise ValueError(f"{path}: no 'triplets' variable (expected the CIDEr consensus layout)")
+    trip = mat["triplets"].ravel()
+    if len(trip) != n_pairs * per_pair:
+        raise ValueError(f"{path}: {len(trip)} triplets for {n_pairs} pairs; expected {per_pair} per pair")
+    refs, votes = [], []
+    for i in range(n_pairs):
+        r, counts = [], [0, 0]
+        for t in trip[i * per_pair : (i + 1) * per_pair]:
+            # A struct with four fields, or a 1x4 cell: (reference, sentence 1, sentence 2, winner).
+            fields = (
+                [t[k] for k in range(4)]
+                if getattr(t, "dtype", None) is not None and t.dtype.names
+                else list(np.asarray(t, dtype=object).ravel())
+            )
+            ref, winner = fields[0], fields[3]
+            r.append(normalize_caption(_text(ref)))
+            w = int(_scalar(winner))
+            if w not in (1, 2):
+                raise ValueError(f"{path}: pair {i} has a winner {w}; expected 1 or 2")
+            counts[w - 1] += 1
+        refs.append(r)
+        votes.append(counts)
+    return refs, votes
+
+
+def _read_pascal_refs(path: Path) -> dict[str, list[str]]:
+    mat = _loadmat(path)
+    if "refs" not in mat:
+        raise ValueError(f"{path}: no 'refs' variable (expected pascal50S.mat)")
+    out = {}
+    for entry in mat["refs"].ravel():
+        out[_text(entry["image"])] = [normalize_caption(_text(s)) for s in np.asarray(entry["sent"]).ravel()]
+    return out
+
+
+def _read_labels_json(path: Path) -> dict[tuple, list[tuple[str, int, list[str]]]]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    index: dict[tuple, list] = defaultdict(list)
+    for cat, entries in data.items():
+        for e in entries:
+            a, b = (normalize_caption(c) for c in e["captions"])
+            index[(Path(e["image"]).name, a, b)].append(
+                (cat, int(e["label"]), [normalize_caption(r) for r in e.get("references", [])])
+            )
+    return index
+
+
+def load_pascal50s(
+    path: str | os.PathLike,
+    image_root: str | os.PathLike | None = None,
+    tie_seed: int = TIE_SEED,
+) -> datasets.Dataset:
+    """Pascal-50S from the official ``.mat`` files: 4,000 rows, 1,000 per category.
+
+    The label (index of the preferred caption) is, by priority: the majority of the 48 consensus judgments
+    of ``consensus_pascal.mat`` (ties broken at random with ``tie_seed``); the label of
+    ``pascal_50s_consensus_labels.json`` when only that file is present; else the majority of the 11 votes
+    of ``pair_pascal.mat`` (``label_source`` says which). References, by priority: the 48 of the consensus
+    file; the image's ``pascal50S.mat`` sentences other than the two candidates; the JSON file's five.
+
+    Extra columns: ``votes_11`` (the 11-vote counts for A and B), ``sources`` (``new_data``: which system
+    wrote each caption), ``label_source``, ``tie`` (the label came from a tie break).
+    """
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    pair_file = find_file(folder, ("pair_pascal.mat",), "Pascal-50S pairs", _WHERE)
+    mat = _loadmat(pair_file)
+    inputs = mat["new_input"].ravel()
+    cats = mat["category"].ravel()
+    results = mat["result"].ravel()
+    sources = np.asarray(mat.get("new_data", np.zeros((len(inputs), 2))), dtype=np.int64)
+    n = len(inputs)
+
+    consensus = optional_file(folder, ("consensus_pascal.mat",))
+    refs_file = optional_file(folder, ("pascal50S.mat",))
+    labels_file = optional_file(folder, ("pascal_50s_consensus_labels.json", "pascal_50s.json"))
+    c_refs = c_votes = None
+    if consensus is not None:
+        c_refs, c_votes = read_consensus_triplets(consensus, n)
+    image_refs = _read_pascal_refs(refs_file) if refs_file is not None else {}
+    json_index = _read_labels_json(labels_file) if labels_file is not None else {}
+    used: dict[tuple, int] = defaultdict(int)
+    rng = np.random.default_rng(tie_seed)
+
+    rows = []
+    for i in range(n):
+        name, a, b = (_text(inputs[i][k]) for k in range(3))
+        a, b = normalize_caption(a), normalize_caption(b)
+        cat = PASCAL_CATEGORIES[int(cats[i])]
+        v = np.asarray(results[i][0] if results.dtype.names else results[i]).ravel().astype(int)
+        votes11 = [int((v > 0).sum()), int((v < 0).sum())]
+        key = (name, a, b)
+        json_hit = None
+        if key in json_index and used[key] < len(json_index[key]):
+            json_hit = json_index[key][used[key]]
+            used[key] += 1
+        tie = False
+        if c_votes is not None:
+            votes = c_votes[i]
+            label, tie = majority_label(votes[0], votes[1], rng)
+            source = "consensus_pascal.mat (48 judgments)"
+        elif json_hit is not None:
+            votes, label, source = [], json_hit[1], f"{labels_file.name} (48-judgment consensus)"
+        else:
+            votes = votes11
+            label, tie = majority_label(votes[0], votes[1], rng)
+            source = "pair_pascal.mat (11 votes)"
+        if c_refs is not None:
+            refs = c_refs[i]
+        elif name in image_refs:
+            refs = [r for r in image_refs[name] if r not in (a, b)]
+        elif json_hit is not None:
+            refs = json_hit[2]
+        else:
+            refs = []
+        rows.append(
+            {
+                "item_id": f"pascal50s/{i:04d}",
+                "image_id": image_key(name),
+                "image": image_path(image_root, name),
+                "candidates": [a, b],
+                "references": refs,
+                "votes": votes,
+                "label": label,
+                "category": cat,
+                "votes_11": votes11,
+                "sources": [int(s) for s in sources[i]] if sources.ndim == 2 and len(sources) == n else [],
+                "label_source": source,
+                "tie": tie,
+            }
+        )
+    return build_dataset(
+        rows,
+        PAIR_FEATURES,
+        {
+            "votes_11": datasets.Sequence(datasets.Value("int32")),
+            "sources": datasets.Sequence(datasets.Value("int32")),
+            "label_source": datasets.Value("string"),
+            "tie": datasets.Value("bool"),
+        },
+        "Pascal-50S (Vedantam et al. 2015): pairwise preferences, categories HC/HI/HM/MM",
+    )
+
+
+def load_pascal50s_json(
+    path: str | os.PathLike, image_root: str | os.PathLike | None = None
+) -> datasets.Dataset:
+    """Pascal-50S in the JSON consensus layout ``{HC|HI|HM|MM: [{image, captions, label, references}]}``.
+
+    The references are the file's fixed draw of five; ``votes`` is empty (the file keeps only the label).
+    """
+    file = find_file(path, ("pascal_50s_consensus_labels.json", "pascal_50s.json"), "Pascal-50S JSON", _WHERE)
+    with open(file, encoding="utf-8") as f:
+        data = json.load(f)
+    rows = []
+    for cat in ("HC", "HI", "HM", "MM"):
+        for k, e in enumerate(data.get(cat, [])):
+            if len(e["captions"]) != 2 or int(e["label"]) not in (0, 1):
+                raise ValueError(f"{file}: {cat}[{k}] needs two captions and a label 0 or 1")
+            name = Path(e["image"]).name
+            rows.append(
+                {
+                    "item_id": f"pascal50s-json/{cat}/{k:04d}",
+                    "image_id": image_key(name),
+                    "image": image_path(image_root, name),
+                    "candidates": [normalize_caption(c) for c in e["captions"]],
+                    "references": [normalize_caption(r) for r in e.get("references", [])],
+                    "votes": [],
+                    "label": int(e["label"]),
+                    "category": cat,
+                }
+            )
+    return build_dataset(rows, PAIR_FEATURES, None, f"Pascal-50S consensus labels from {file.name}")
+
+
+def _read_caption_list(path: Path) -> list[tuple[str, str]]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return [(e["image_id"], normalize_caption(e["caption"])) for e in data]
+
+
+def _read_votes(path: Path, n: int) -> list[list[int] | int]:
+    """Abstract-50S votes: a JSON list aligned with the candidate pairs, each ``{"votes": [b, c]}``,
+    ``{"label": 0|1}``, ``[b, c]`` or a label; or a ``.mat`` with 48 consensus ``triplets`` per pair."""
+    if path.suffix == ".mat":
+        _, votes = read_consensus_triplets(path, n)
+        return votes
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if len(data) != n:
+        raise ValueError(f"{path}: {len(data)} vote entries for {n} candidate pairs")
+    out = []
+    for k, e in enumerate(data):
+        if isinstance(e, dict):
+            e = e.get("votes", e.get("label"))
+        if isinstance(e, (list, tuple)) and len(e) == 2:
+            out.append([int(e[0]), int(e[1])])
+        elif e in (0, 1):
+            out.append(int(e))
+        else:
+            raise ValueError(f"{path}: entry {k} is neither [votes B, votes C] nor a label 0/1")
+    return out
+
+
+def load_abstract50s(
+    path: str | os.PathLike,
+    votes: str | os.PathLike | None = None,
+    image_root: str | os.PathLike | None = None,
+    tie_seed: int = TIE_SEED,
+) -> datasets.Dataset:
+    """Abstract-50S: 400 rows, candidates ``[B, C]`` with the scene's 48 references.
+
+    Args:
+        path: folder with ``abstract48S.json``, ``abstract_candsB.json``, ``abstract_candsC.json``.
+        votes: the human judgments, which the public files lack: a JSON list aligned with the pairs (each
+            ``{"votes": [b, c]}``, ``{"label": 0|1}``, ``[b, c]`` or ``0|1``) or a ``.mat`` in the consensus
+            ``triplets`` layout. Without it ``label`` is -1 and only text statistics can be computed.
+    """
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    refs_file = find_file(folder, ("abstract48S.json",), "Abstract-50S references", "vrama91/cider data/")
+    cand_b = _read_caption_list(find_file(folder, ("abstract_candsB.json",), "Abstract-50S candidates B"))
+    cand_c = _read_caption_list(find_file(folder, ("abstract_candsC.json",), "Abstract-50S candidates C"))
+    if len(cand_b) != len(cand_c):
+        raise ValueError(f"{len(cand_b)} B candidates but {len(cand_c)} C candidates")
+    refs: dict[str, list[str]] = defaultdict(list)
+    for img, cap in _read_caption_list(refs_file):
+        refs[img].append(cap)
+    vote_list = _read_votes(Path(votes), len(cand_b)) if votes is not None else None
+    rng = np.random.default_rng(tie_seed)
+    rows = []
+    for i, ((img_b, b), (img_c, c)) in enumerate(zip(cand_b, cand_c, strict=True)):
+        if img_b != img_c:
+            raise ValueError(f"pair {i}: candidate B is for {img_b} but C is for {img_c}")
+        label, v, tie = -1, [], False
+        if vote_list is not None:
+            entry = vote_list[i]
+            if isinstance(entry, list):
+                v = entry
+                label, tie = majority_label(entry[0], entry[1], rng)
+            else:
+                label = entry
+        rows.append(
+            {
+                "item_id": f"abstract50s/{i:03d}",
+                "image_id": image_key(img_b),
+                "image": image_path(image_root, img_b),
+                "candidates": [b, c],
+                "references": refs.get(img_b, []),
+                "votes": v,
+                "label": label,
+                "category": "abstract",
+                "tie": tie,
+            }
+        )
+    return build_dataset(
+        rows,
+        PAIR_FEATURES,
+        {"tie": datasets.Value("bool")},
+        "Abstract-50S (Vedantam et al. 2015): pairwise preferences on clip-art scenes",
+    )

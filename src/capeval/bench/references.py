@@ -1,0 +1,81 @@
+"""Reference-caption files in the layouts the benchmarks point to, read into ``{image key: [captions]}``.
+
+Image keys are file stems (``1000268201_693b08cb0e``, ``1000092795``, ``COCO_val2014_000000000042``), so a
+benchmark can look its references up from an image file name whatever layout they came in:
+
+- Flickr8k / Flickr30k token files: ``<image>.jpg#<k><TAB><caption>`` (``Flickr8k.token.txt``,
+  ``results_20130124.token``);
+- COCO caption annotations (``captions_val2014.json``): ``{"images": [...], "annotations": [{image_id, caption}]}``;
+- Karpathy split files (``dataset_coco.json``, ``dataset_flickr30k.json``): ``{"images": [{filename, sentences: [{raw}]}]}``;
+- a JSON object ``{image: [captions]}`` or JSON lines ``{"image": ..., "refs"|"references": [...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+
+def image_key(name: str | int) -> str:
+    """File stem of an image name or path: ``a/b/123_x.jpg`` -> ``123_x``."""
+    return Path(str(name)).stem
+
+
+def read_token_file(path: str | os.PathLike) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """A ``image#k<TAB>caption`` file: ``({image key: [captions in file order]}, {caption id: caption})``."""
+    by_image: dict[str, list[str]] = defaultdict(list)
+    by_id: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            if "\t" not in line:
+                raise ValueError(f"{path}:{n}: expected '<image>#<k><TAB><caption>', got {line[:60]!r}")
+            cid, caption = line.split("\t", 1)
+            by_image[image_key(cid.split("#")[0])].append(caption)
+            by_id[cid] = caption
+    return dict(by_image), by_id
+
+
+def read_references(path: str | os.PathLike) -> dict[str, list[str]]:
+    """Reference captions per image key from any of the layouts in the module docstring."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"reference captions file not found: {path}")
+    if path.suffix in (".txt", ".token") or path.name.endswith(".token.txt"):
+        return read_token_file(path)[0]
+    if path.suffix == ".jsonl":
+        out: dict[str, list[str]] = {}
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                refs = rec.get("refs", rec.get("references"))
+                img = rec.get("image", rec.get("image_id", rec.get("file_name")))
+                if refs is None or img is None:
+                    raise ValueError(f"{path}:{n}: expected 'image' and 'refs' (or 'references') fields")
+                out[image_key(img)] = [str(r) for r in refs]
+        return out
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict) and "annotations" in data:
+        files = {img["id"]: img.get("file_name") for img in data.get("images", [])}
+        out = defaultdict(list)
+        for ann in data["annotations"]:
+            name = files.get(ann["image_id"]) or f"COCO_val2014_{int(ann['image_id']):012d}.jpg"
+            out[image_key(name)].append(ann["caption"])
+        return dict(out)
+    if isinstance(data, dict) and "images" in data:
+        return {
+            image_key(img["filename"]): [
+                s.get("raw", " ".join(s.get("tokens", []))) for s in img["sentences"]
+            ]
+            for img in data["images"]
+        }
+    if isinstance(data, dict):
+        return {image_key(k): list(v) for k, v in data.items()}
+    raise ValueError(f"{path}: unrecognised reference layout (see capeval.bench.references)")

@@ -1,0 +1,212 @@
+"""The reproduction report: Markdown tables laid out like the papers', published values beside ours, plots.
+
+Each cell reads ``ours (published, difference)``; a cell without a published number shows ours alone. Below
+each table: the protocol notes, the metrics that were skipped and why, the signatures behind the numbers,
+and a figure of metric scores against the human judgments.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from capeval.bench.published import published_value, published_values, sources
+from capeval.bench.runner import BenchmarkRun
+
+
+def format_cell(ours: float | None, published: float | None, digits: int = 1) -> str:
+    """``41.2 (41.8, -0.6)``; ``41.2`` without a published value; ``-`` without ours."""
+    if ours is None or (isinstance(ours, float) and np.isnan(ours)):
+        return "–" if published is None else f"– ({published:.{digits}f})"
+    if published is None:
+        return f"{ours:.{digits}f}"
+    return f"{ours:.{digits}f} ({published:.{digits}f}, {ours - published:+.{digits}f})"
+
+
+def markdown_table(run: BenchmarkRun, digits: int = 1) -> str:
+    """The benchmark's table: one row per metric, the paper's columns, published value and difference."""
+    bench = run.benchmark
+    header = "| Metric | " + " | ".join(h for _, h in bench.columns) + " |"
+    sep = "|---|" + "---|" * len(bench.columns)
+    lines = [header, sep]
+    for key, outcome in run.outcomes.items():
+        if outcome.skipped:
+            continue
+        cells = []
+        for col, _ in bench.columns:
+            pub = published_value(bench.name, key, col)
+            cells.append(format_cell(outcome.values.get(col), pub.value if pub else None, digits))
+        lines.append(f"| {outcome.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _published_only_rows(run: BenchmarkRun, digits: int) -> list[str]:
+    """Published numbers of metrics that did not run here, so the paper's table is complete for comparison."""
+    ran = {k for k, o in run.outcomes.items() if not o.skipped}
+    by_metric: dict[str, dict[str, float]] = {}
+    for p in published_values(run.benchmark.name):
+        if p.metric not in ran:
+            by_metric.setdefault(p.metric, {})[p.column] = p.value
+    rows = []
+    for metric, cols in by_metric.items():
+        cells = [f"({cols[c]:.{digits}f})" if c in cols else "" for c, _ in run.benchmark.columns]
+        rows.append(f"| {metric} (published only) | " + " | ".join(cells) + " |")
+    return rows
+
+
+def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
+    """Score against human judgment for every metric that ran (box plots per rating level, or accuracy bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [k for k, o in run.outcomes.items() if not o.skipped and k in run.scores]
+    if not metrics or run.dataset is None:
+        return None
+    bench = run.benchmark
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if bench.kind == "pairwise":
+        cols = [c for c, _ in bench.columns]
+        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(cols) * max(1, len(metrics)) / 3, 3.2))
+        width = 0.8 / len(metrics)
+        for j, key in enumerate(metrics):
+            vals = [run.outcomes[key].values.get(c, np.nan) for c in cols]
+            ax.bar(np.arange(len(cols)) + j * width, vals, width, label=run.outcomes[key].name)
+        ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [h for _, h in bench.columns])
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.axhline(50, color="grey", lw=0.8, ls="--")
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"{bench.title}: pairwise accuracy")
+    else:
+        human = np.array([float(np.mean(h)) for h in run.dataset["human_scores"]])
+        levels = np.unique(human)
+        if len(levels) > 12:
+            edges = np.unique(np.quantile(human, np.linspace(0, 1, 7)))
+            bins = np.clip(np.digitize(human, edges[1:-1]), 0, len(edges) - 2)
+            labels = [f"{(edges[i] + edges[i + 1]) / 2:.2g}" for i in range(len(edges) - 1)]
+        else:
+            bins = np.searchsorted(levels, human)
+            labels = [f"{v:g}" for v in levels]
+        n = len(metrics)
+        ncols = min(3, n)
+        nrows = (n + ncols - 1) // ncols
+        fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
+        for ax, key in zip(axes.ravel(), metrics, strict=False):
+            per_setting = run.scores[key]
+            setting = "default" if "default" in per_setting else sorted(per_setting)[-1]
+            s = per_setting[setting]
+            groups = [s[bins == b] for b in range(len(labels))]
+            ax.boxplot([g if len(g) else [np.nan] for g in groups], showfliers=False)
+            ax.set_xticks(range(1, len(labels) + 1), labels)
+            ax.set_title(
+                f"{run.outcomes[key].name}" + ("" if setting == "default" else f" ({setting})"), fontsize=9
+            )
+            ax.set_xlabel("human rating")
+            ax.set_ylabel("score")
+        for ax in axes.ravel()[n:]:
+            ax.axis("off")
+        fig.suptitle(f"{bench.title}: metric score by human rating", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(
+    runs: Sequence[BenchmarkRun],
+    out_dir: str | os.PathLike,
+    title: str = "capeval benchmark report",
+    digits: int = 1,
+    plots: bool = True,
+    context: dict | None = None,
+) -> Path:
+    """Write ``report.md``, ``results.json`` and ``plots/<benchmark>.png`` into ``out_dir``; return the report."""
+    from capeval import __version__
+
+    out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    cited: set[str] = set()
+    lines = [
+        f"# {title}",
+        "",
+        f"capeval {__version__}, {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
+        + "".join(f" {k}: `{v}`." for k, v in (context or {}).items()),
+        "",
+        "Cells read **ours (published, ours − published)**, all × 100; a metric without a published number shows "
+        "ours alone. Published numbers come from `capeval/bench/published.json` (sources at the end).",
+        "",
+    ]
+    results = []
+    for run in runs:
+        bench = run.benchmark
+        lines += [f"## {bench.title}", ""]
+        if run.skipped:
+            lines += [f"Not run: {run.skipped}", ""]
+            results.append({"benchmark": bench.name, "skipped": run.skipped})
+            continue
+        lines += [f"Layout of {bench.table}. {len(run.dataset)} items.", ""]
+        table = markdown_table(run, digits)
+        extra = _published_only_rows(run, digits)
+        lines += [table, *extra, ""]
+        for note in bench.notes:
+            lines.append(f"- {note}")
+        for key, o in run.outcomes.items():
+            if o.skipped:
+                lines.append(f"- **{o.name} skipped**: {o.skipped}")
+            for note in o.notes:
+                lines.append(f"- {o.name}: {note}")
+            for col, _ in bench.columns:
+                p = published_value(bench.name, key, col)
+                if p is not None:
+                    cited.add(p.source)
+        cited.update(p.source for p in published_values(bench.name))
+        lines.append("")
+        if plots:
+            png = plot_run(run, out / "plots" / f"{bench.name}.png")
+            if png is not None:
+                lines += [f"![{bench.title}](plots/{png.name})", ""]
+        sigs = [
+            f"  - {o.name}: `{o.signature}` ({o.computed} computed, {o.cached} from cache, {o.seconds:.1f} s)"
+            for o in run.outcomes.values()
+            if o.signature and not o.skipped
+        ]
+        if sigs:
+            lines += ["<details><summary>Signatures</summary>", "", *sigs, "", "</details>", ""]
+        results.append(
+            {
+                "benchmark": bench.name,
+                "items": len(run.dataset),
+                "metrics": {
+                    k: {
+                        "name": o.name,
+                        "values": o.values,
+                        "published": {
+                            c: p.value
+                            for c, _ in bench.columns
+                            if (p := published_value(bench.name, k, c)) is not None
+                        },
+                        "signature": o.signature,
+                        "skipped": o.skipped,
+                        "notes": o.notes,
+                    }
+                    for k, o in run.outcomes.items()
+                },
+            }
+        )
+    if cited:
+        src = sources()
+        lines += ["## Sources of the published values", ""]
+        lines += [f"- `{k}`: {src[k]}" for k in sorted(cited)]
+        lines.append("")
+    report = out / "report.md"
+    report.write_text("\n".join(lines), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    return report
