@@ -1,0 +1,150 @@
+"""EMScore: video-caption evaluation by coarse and fine-grained embedding matching (Shi et al., CVPR 2022).
+
+The maths lives in the capeval package (capeval.EMScore); this module declares the inputs and passes the
+options through. References are optional: omit them (or give empty lists) to score against videos only.
+"""
+
+import datasets
+import evaluate
+
+from capeval.backbones import DEFAULT_MODEL
+from capeval.emscore import EMScore as EMScorer
+from capeval.encoding import BATCH_SIZE
+from capeval.video import NUM_FRAMES
+
+_CITATION = """\
+@inproceedings{shi2022emscore,
+  title     = {{EMScore}: Evaluating Video Captioning via Coarse-Grained and Fine-Grained Embedding Matching},
+  author    = {Shi, Yaya and Yang, Xu and Xu, Haiyang and Yuan, Chunfeng and Li, Bing and Hu, Weiming and Zha, Zheng-Jun},
+  booktitle = {Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)},
+  pages     = {17929--17938},
+  year      = {2022},
+}
+"""
+
+_DESCRIPTION = """\
+EMScore rates a video caption against the video's frames (reference-free, EMScore(X,V)), against reference
+captions (EMScore(X,X*)), or both (EMScore(X,V,X*)). It averages a coarse-grained match (cosine of the CLIP
+caption embedding and the mean frame embedding, or the reference's embedding) with a fine-grained one
+(greedy matching of IDF-weighted CLIP token embeddings against frames or reference tokens, as precision,
+recall and F). The headline value is full_F of the variant the inputs allow, averaged over captions. It
+follows the authors' released code; with `checkpoint=` the PAC-S weights replace CLIP's.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): candidate captions, one per video.
+    references (`list` of `list` of `str`, optional): reference captions per prediction. Omit them, or give an
+        empty list for every prediction, to score against the videos only.
+    videos (`list`, optional): one video per prediction: a file path PyAV can decode, a list of frames (PIL
+        images, arrays, tensors or image paths), or a (T, H, W, C) array.
+    video_embeds (`list`, optional): instead of `videos`, per prediction a (K, D) array of frame embeddings of
+        the same model (sampled by `num_frames` and L2-normalised here).
+    model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
+        "openai/clip-vit-base-patch32", the authors' ViT-B/32.
+    checkpoint (`str`, optional): PAC-S weights (the authors' .pth, a converted folder or a Hub file) loaded
+        over the backbone: the PAC-S authors' video metric.
+    num_frames (`int`, optional): frames per video, evenly spaced (np.linspace); None (default) = every frame,
+        as the authors' library. Their VATEX-EVAL protocol uses 10.
+    idf (`bool`, `list` of `str` or `dict`): True (default) = IDF weights from the references of this call,
+        else from its candidates; False = uniform weights; a list of captions = IDF from that corpus; a dict
+        token id -> weight used as given.
+    batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
+    device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
+    dtype (`str`): "float32" (default), "float16" or "bfloat16".
+Returns:
+    emscore (`float`): mean full_F of the variant computed (EMScore(X,V,X*) when videos and references are
+        both given).
+    scores (`list` of `float`): full_F of each prediction, in input order.
+    variant (`str`): "EMScore(X,V)", "EMScore(X,X*)" or "EMScore(X,V,X*)".
+    details (`dict`): for each variant computed, per-prediction lists figr_P, figr_R, figr_F (fine-grained),
+        cogr (coarse-grained) and full_P, full_R, full_F (their means).
+    signature (`str`): model, revision and every option that changes the numbers, with library versions.
+Examples:
+    The committed shapes CLIP (a tiny CLIP trained on drawn shapes) runs offline; a list of frames is a video:
+
+    >>> import evaluate
+    >>> from capeval.testing.shapes import Scene, draw_frames, shapes_clip_path
+    >>> emscore = evaluate.load("metrics/emscore")  # or capeval.load("emscore") after pip install
+    >>> clip = draw_frames(Scene("red", "circle", "left"), n_frames=6)
+    >>> results = emscore.compute(
+    ...     predictions=["a red circle on the left", "a blue square on the right"],
+    ...     videos=[clip, clip],
+    ...     model=str(shapes_clip_path()),
+    ... )
+    >>> results["variant"], results["scores"][0] > results["scores"][1]
+    ('EMScore(X,V)', True)
+    >>> results = emscore.compute(
+    ...     predictions=["a red circle on the left", "a blue square on the right"],
+    ...     references=[["a red circle at the left"], ["a red circle on the left side"]],
+    ...     videos=[clip, clip],
+    ...     model=str(shapes_clip_path()),
+    ... )
+    >>> results["variant"], sorted(results["details"])
+    ('EMScore(X,V,X*)', ['EMScore(X,V)', 'EMScore(X,V,X*)', 'EMScore(X,X*)'])
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class EMScore(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            # References may be empty lists (no references): one feature set serves the three variants.
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Value("string"),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
+            homepage="https://github.com/ShiYaya/emscore",
+            codebase_urls=["https://github.com/ShiYaya/emscore"],
+            reference_urls=["https://arxiv.org/abs/2111.08919"],
+        )
+
+    # evaluate requires every declared feature; a missing `references` means "none" (empty lists).
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """evaluate's ``compute``; ``references`` may be omitted (scored against the videos only)."""
+        if references is None and predictions is not None:
+            references = [[] for _ in predictions]
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """evaluate's ``add_batch``; ``references`` may be omitted."""
+        if references is None and predictions is not None:
+            references = [[] for _ in predictions]
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """evaluate's ``add``; ``reference`` may be omitted."""
+        if reference is None and prediction is not None:
+            reference = []
+        return super().add(prediction=prediction, reference=reference, **kwargs)
+
+    def _compute(
+        self,
+        predictions,
+        references=None,
+        videos=None,
+        video_embeds=None,
+        model=DEFAULT_MODEL,
+        checkpoint=None,
+        num_frames=NUM_FRAMES,
+        idf=True,
+        batch_size=BATCH_SIZE,
+        device=None,
+        dtype="float32",
+    ):
+        scorer = EMScorer(
+            model=model,
+            checkpoint=checkpoint,
+            num_frames=num_frames,
+            idf=idf,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+        )
+        return scorer(predictions, references=references, videos=videos, video_embeds=video_embeds)
