@@ -7,7 +7,6 @@ options through. References are optional: omit them (or give empty lists) to sco
 import datasets
 import evaluate
 
-from capeval.backbones import DEFAULT_MODEL
 from capeval.emscore import EMScore as EMScorer
 from capeval.encoding import BATCH_SIZE
 from capeval.video import NUM_FRAMES
@@ -41,9 +40,9 @@ Args:
     video_embeds (`list`, optional): instead of `videos`, per prediction a (K, D) array of frame embeddings of
         the same model (sampled by `num_frames` and L2-normalised here).
     model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
-        "openai/clip-vit-base-patch32", the authors' ViT-B/32.
-    checkpoint (`str`, optional): PAC-S weights (the authors' .pth, a converted folder or a Hub file) loaded
-        over the backbone: the PAC-S authors' video metric.
+        "openai/clip-vit-base-patch32", the authors' ViT-B/32 (with `checkpoint`: the model it was tuned from).
+    checkpoint (`str`, optional): PAC-S weights (the authors' .pth, a converted folder, a Hub repo or file)
+        used instead of CLIP's: the PAC-S authors' video metric.
     num_frames (`int`, optional): frames per video, evenly spaced (np.linspace); None (default) = every frame,
         as the authors' library. Their VATEX-EVAL protocol uses 10.
     idf (`bool`, `list` of `str` or `dict`): True (default) = IDF weights from the references of this call,
@@ -130,7 +129,7 @@ class EMScore(evaluate.Metric):
         references=None,
         videos=None,
         video_embeds=None,
-        model=DEFAULT_MODEL,
+        model=None,
         checkpoint=None,
         num_frames=NUM_FRAMES,
         idf=True,

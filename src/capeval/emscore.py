@@ -59,6 +59,25 @@ def _optional_references(references, n: int) -> list[list[str]] | None:
     return check_references(references, n)
 
 
+def _backbone(model: str | None, checkpoint, device, dtype) -> tuple[Backbone, str | None]:
+    """The backbone and the checkpoint's signature tag, choosing the base model as PAC-S does.
+
+    Without a checkpoint: ``model`` or CLIP ViT-B/32. A converted PAC-S folder (or Hub repo) is a whole model
+    and loads as one; an authors' ``.pth`` goes over ``model``, or over the base its architecture names.
+    """
+    if checkpoint is None:
+        return load_backbone(model or DEFAULT_MODEL, device=device, dtype=dtype), None
+    from capeval.checkpoints import base_model_for, checkpoint_geometry, resolve_checkpoint
+
+    resolved = resolve_checkpoint(checkpoint)
+    if resolved.kind == "model_folder" and model is None:
+        return load_backbone(str(resolved.path), device=device, dtype=dtype), resolved.tag
+    if model is None:
+        model = base_model_for(checkpoint_geometry(resolved))
+    backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=os.fspath(checkpoint))
+    return backbone, backbone.weights
+
+
 def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -67,7 +86,8 @@ class EMScore:
     """EMScore(X,V), EMScore(X,X*) and EMScore(X,V,X*) per caption; corpus score = mean full_F.
 
     Args:
-        model: CLIP backbone, Hub id or local folder (the authors use ViT-B/32).
+        model: CLIP backbone, Hub id or local folder; ``None`` = ``openai/clip-vit-base-patch32`` (the authors'
+            ViT-B/32), or with a PAC-S checkpoint the base model it was fine-tuned from.
         device: ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         batch_size: encoder batch size for captions and frames (halved automatically on GPU out-of-memory).
@@ -85,7 +105,7 @@ class EMScore:
 
     def __init__(
         self,
-        model: str = DEFAULT_MODEL,
+        model: str | None = None,
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = BATCH_SIZE,
@@ -99,7 +119,7 @@ class EMScore:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.num_frames = check_num_frames(num_frames)
         self.idf = self._check_idf(idf)
-        self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
+        self.backbone, self.checkpoint_tag = _backbone(model, checkpoint, device, dtype)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.progress = progress
@@ -182,8 +202,8 @@ class EMScore:
 
     def signature_options(self, idf_name: str, variant: str, decoded: bool) -> dict[str, object]:
         options: dict[str, object] = {"model": self.backbone.name}
-        if self.backbone.weights:
-            options["checkpoint"] = self.backbone.weights
+        if self.checkpoint_tag:
+            options["checkpoint"] = self.checkpoint_tag
         options["variant"] = variant.removeprefix("EMScore")
         if variant != TEXT:
             options["num_frames"] = "all" if self.num_frames is None else self.num_frames
