@@ -72,6 +72,8 @@ def ptb_tokenize(text: str) -> list[str]:
             tokens.append(chunk)
         else:
             _lex(chunk, tokens)
+    if tokens and len(tokens[-1]) > 1 and tokens[-1].endswith(".") and tokens[-1] != "...":
+        tokens.append(".")  # "in Washington D.C." ends the sentence too: the lexer adds its full stop
     return [t.lower() for t in tokens]
 
 

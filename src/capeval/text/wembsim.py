@@ -134,7 +134,7 @@ class WEmbSim:
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         warn_empty(
             "references",
-            [f"{owner[k]}.{k - starts[owner[k]]}" for k in empty_refs],
+            [(int(owner[k]), int(k - starts[owner[k]])) for k in empty_refs],
             "left out of their caption's combination",
         )
         per_ref = [None if not np.isfinite(c) else float(c) for c in cosines]

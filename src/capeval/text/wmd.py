@@ -43,7 +43,11 @@ _CHUNK = 1 << 16  # word pairs per vectorised distance chunk
 
 @dataclass
 class WMDResult:
-    """Per candidate: best-reference distance (inf when no reference is comparable) and its index (-1)."""
+    """Per candidate: best-reference distance (inf when no reference is comparable) and its index (-1).
+
+    ``pairs`` distinct (candidate, reference) documents pairs; of those, ``solved`` by POT, ``closed_form``
+    without a solver, ``pruned`` skipped by the lower bound (the rest have an empty side).
+    """
 
     distances: np.ndarray
     best_reference: np.ndarray
@@ -231,14 +235,13 @@ def best_reference_wmd(
     finally:
         if executor is not None:
             executor.shutdown()
-    n_valid_refs = int(valid[pair_of_ref].sum())
     return WMDResult(
         distances=best,
         best_reference=best_ref,
         pairs=len(upairs),
         solved=solved,
         closed_form=closed,
-        pruned=n_valid_refs - solved - closed,
+        pruned=int(np.isnan(exact).sum()),
     )
 
 
@@ -270,8 +273,9 @@ def warn_empty(kind: str, indices: Iterable[int], consequence: str) -> None:
     indices = list(indices)
     if indices:
         shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
+        label = "(prediction, reference)" if isinstance(indices[0], tuple) else "index"
         warnings.warn(
-            f"{len(indices)} {kind} have no in-vocabulary word after stopword removal (index {shown}): "
+            f"{len(indices)} {kind} have no in-vocabulary word after stopword removal ({label} {shown}): "
             f"{consequence}",
             stacklevel=3,
         )
@@ -356,7 +360,7 @@ class WMD:
         empty_refs = np.flatnonzero(sizes[ref_doc] == 0)
         warn_empty(
             "references",
-            [f"{owner[k]}.{k - np.searchsorted(owner, owner[k])}" for k in empty_refs],
+            [(int(owner[k]), int(k - np.searchsorted(owner, owner[k]))) for k in empty_refs],
             "they cannot be the best reference",
         )
         distances = result.distances
