@@ -1,0 +1,361 @@
+"""Sharded scoring across processes and GPUs with accelerate: each process encodes its share, all get the result.
+
+Launch a script with ``torchrun --nproc_per_node N script.py`` or ``accelerate launch --multi_gpu
+--num_processes N script.py`` (gloo on CPU, NCCL on GPUs) and call ``score_distributed`` in every process::
+
+    from capeval.distributed import score_distributed
+    result = score_distributed("clipscore", captions, images=paths, model="openai/clip-vit-base-patch32")
+
+Every process receives the full result, in input order. The numbers equal a single-process run exactly:
+the distinct images (first occurrences, in input order) are cut into the same batches of ``batch_size`` that
+``capeval.encoding.encode_images`` forms, and the distinct captions into the same length-sorted batches
+that ``encode_texts`` forms; the batches are dealt round-robin to the processes and the embeddings summed
+back with one all-reduce (each row has one non-zero contributor, so the sum is exact). Videos (EMScore) are
+split by video, which changes how frames are batched: equal to a single-process run up to float rounding.
+
+Text-only metrics (WMD, WEmbSim) and the text side of the evaluate modules use evaluate's own
+multi-process mode instead (``capeval.load(name, num_process=N, process_id=rank)``).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Sequence
+from importlib import import_module
+from typing import Any
+
+import torch
+
+from capeval.encoding import _encode_ids, encode_images, tokenize_unique, unique_indices
+from capeval.images import image_key
+
+# Metric name -> public class name in the capeval namespace (loaded lazily, so metrics landing later work).
+METRIC_CLASSES = {
+    "clipscore": "CLIPScore",
+    "refclipscore": "RefCLIPScore",
+    "pacscore": "PACScore",
+    "wmd": "WMD",
+    "wembsim": "WEmbSim",
+    "emscore": "EMScore",
+}
+_MODULES = {
+    "clipscore": "capeval.clipscore",
+    "refclipscore": "capeval.clipscore",
+    "pacscore": "capeval.pacscore",
+    "wmd": "capeval.text.wmd",
+    "wembsim": "capeval.text.wembsim",
+    "emscore": "capeval.emscore",
+}
+
+
+def metric_class(name: str) -> type:
+    """The plain-API class of a metric name (``"clipscore"`` -> ``capeval.CLIPScore``).
+
+    Raises:
+        ValueError: unknown name, or a metric this capeval installation does not provide.
+    """
+    if name not in METRIC_CLASSES:
+        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(METRIC_CLASSES)}")
+    import capeval
+
+    cls_name = METRIC_CLASSES[name]
+    try:
+        return getattr(capeval, cls_name)
+    except AttributeError:
+        pass
+    try:  # a metric not (yet) exported at the top level
+        return getattr(import_module(_MODULES[name]), cls_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"metric {name!r} ({cls_name}) is not available in this capeval") from err
+
+
+def accepted_options(cls: type) -> set[str]:
+    """Keyword arguments a metric class's constructor takes, following ``*args, **kwargs`` up the MRO."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    names.discard("self")
+    return names
+
+
+def call_inputs(scorer: Any) -> set[str]:
+    """Keyword inputs a scorer's ``__call__`` takes (``images``, ``references``, ``videos``, ...)."""
+    params = inspect.signature(scorer.__call__).parameters
+    return {n for n in params if n != "predictions"}
+
+
+def build_scorer(name: str, **options) -> Any:
+    """``metric_class(name)(**options)``; options the class does not take are an error naming them."""
+    cls = metric_class(name)
+    unknown = sorted(set(options) - accepted_options(cls))
+    if unknown:
+        raise TypeError(
+            f"{name} does not take the option(s) {unknown}; it takes {sorted(accepted_options(cls))}"
+        )
+    return cls(**options)
+
+
+def process_state(device: str | torch.device | None = None):
+    """accelerate's ``PartialState`` of this process (one process when not launched distributed).
+
+    On a machine without GPUs, or when ``device`` names the CPU, processes talk over gloo; with GPUs each
+    process gets its own (``state.device``) and NCCL.
+    """
+    from accelerate import PartialState
+
+    if PartialState._shared_state:  # already set up (by a Trainer, an Accelerator or a previous call)
+        return PartialState()
+    cpu = not torch.cuda.is_available() or (device is not None and torch.device(device).type == "cpu")
+    return PartialState(cpu=cpu)
+
+
+def _blocks(n: int, size: int) -> list[range]:
+    return [range(s, min(s + size, n)) for s in range(0, n, size)]
+
+
+def _reduce_device(state) -> torch.device:
+    return torch.device("cpu") if state.backend in (None, "gloo", "mpi") else state.device
+
+
+def _sum_across(tensor: torch.Tensor, state) -> torch.Tensor:
+    if state.num_processes == 1:
+        return tensor
+    import torch.distributed as dist
+
+    x = tensor.to(_reduce_device(state))
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x.cpu()
+
+
+def _raise_if_any_failed(error: BaseException | None, state) -> None:
+    """Collective: every process raises when any failed, so none waits forever in the next all-reduce."""
+    if state.num_processes == 1:
+        if error is not None:
+            raise error
+        return
+    from accelerate.utils import gather_object
+
+    messages = gather_object([None if error is None else (type(error).__name__, str(error))])
+    failed = [m for m in messages if m is not None]
+    if error is not None:
+        raise error
+    if failed:
+        kind, message = failed[0]
+        raise (TypeError if kind == "TypeError" else ValueError)(f"{message} (raised in another process)")
+
+
+def _renumber(err: BaseException, positions: Sequence[int]) -> BaseException:
+    """Errors from encoding a sub-list name its position there: put back the index in the caller's list."""
+    match = re.match(r"(image|video) (\d+)", str(err))
+    if not match or int(match.group(2)) >= len(positions):
+        return err
+    text = f"{match.group(1)} {positions[int(match.group(2))]}" + str(err)[match.end() :]
+    return type(err)(text) if isinstance(err, (ValueError, TypeError)) else err
+
+
+def sharded_encode_images(
+    backbone,
+    images: Sequence,
+    batch_size: int,
+    state,
+    num_workers: int | None = None,
+    progress: bool | None = None,
+) -> torch.Tensor:
+    """``encode_images`` with its batches dealt round-robin to the processes; every process gets all rows.
+
+    Returns:
+        torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order, bit-identical to
+        ``encode_images(backbone, images, batch_size)`` in one process.
+    """
+    keys = [image_key(img, i) for i, img in enumerate(images)]
+    uniques, inverse = unique_indices(keys)
+    out = torch.zeros(len(uniques), backbone.embed_dim)
+    mine = [
+        j
+        for block in _blocks(len(uniques), batch_size)[state.process_index :: state.num_processes]
+        for j in block
+    ]
+    error = None
+    if mine:
+        try:
+            # My blocks are full batches (only the globally last may be short, and it comes last), so
+            # encode_images cuts this list into exactly the batches a single process would run.
+            emb = encode_images(
+                backbone,
+                [images[uniques[j]] for j in mine],
+                batch_size=batch_size,
+                num_workers=num_workers,
+                progress=progress if state.is_main_process else False,
+            )
+            out[mine] = emb
+        except (ValueError, TypeError) as err:
+            error = _renumber(err, [uniques[j] for j in mine])
+    _raise_if_any_failed(error, state)
+    return _sum_across(out, state)[inverse]
+
+
+def sharded_encode_texts(
+    backbone,
+    texts: Sequence[str],
+    prefix: str | None,
+    batch_size: int,
+    state,
+    progress: bool | None = None,
+) -> torch.Tensor:
+    """``encode_texts`` with its length-sorted batches dealt round-robin to the processes.
+
+    Returns:
+        torch.Tensor: (N, D), bit-identical to ``encode_texts(backbone, texts, prefix, batch_size)``.
+    """
+    if len(texts) == 0:
+        return torch.zeros(0, backbone.embed_dim)
+    ids, inverse = tokenize_unique(backbone, texts, prefix)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    blocks = _blocks(len(order), batch_size)[state.process_index :: state.num_processes]
+    mine = [order[p] for block in blocks for p in block]
+    out = torch.zeros(len(ids), backbone.embed_dim)
+    if mine:
+        # A concatenation of consecutive slices of the length order is itself sorted: _encode_ids keeps it
+        # and cuts the same batches.
+        pooled, _ = _encode_ids(
+            backbone,
+            [ids[i] for i in mine],
+            batch_size,
+            progress if state.is_main_process else False,
+            want_tokens=False,
+        )
+        out[mine] = pooled
+    return _sum_across(out, state)[inverse]
+
+
+def sharded_encode_videos(backbone, videos: Sequence, scorer, state) -> list[torch.Tensor]:
+    """Frame embeddings of each video, the distinct videos split into one contiguous group per process."""
+    from accelerate.utils import gather_object
+
+    from capeval.video import encode_videos, video_key
+
+    keys = [video_key(v, i) for i, v in enumerate(videos)]
+    uniques, inverse = unique_indices(keys)
+    per = -(-len(uniques) // state.num_processes)
+    mine = list(range(state.process_index * per, min(len(uniques), (state.process_index + 1) * per)))
+    pairs: list = []
+    error = None
+    if mine:
+        try:
+            embs = encode_videos(
+                backbone,
+                [videos[uniques[j]] for j in mine],
+                num_frames=scorer.num_frames,
+                batch_size=scorer.batch_size,
+                num_workers=scorer.num_workers,
+                progress=scorer.progress if state.is_main_process else False,
+            )
+            pairs = list(zip(mine, embs, strict=True))
+        except (ValueError, TypeError) as err:
+            error = _renumber(err, [uniques[j] for j in mine])
+    _raise_if_any_failed(error, state)
+    gathered = dict(gather_object(pairs)) if state.num_processes > 1 else dict(pairs)
+    return [gathered[j] for j in inverse]
+
+
+def sharded(scorer: Any, state=None) -> Any:
+    """A copy of a capeval scorer whose image, caption and video encoding is shared out across processes.
+
+    Works for every scorer built on ``CLIPScore`` (CLIPScore, RefCLIPScore, PACScore) and for EMScore's
+    videos; the scoring maths is the scorer's own. In one process the copy behaves exactly as the scorer.
+    """
+    state = state or process_state()
+    clone = copy.copy(scorer)
+    backbone = scorer.backbone
+    if hasattr(scorer, "image_embeddings"):
+        original_images = scorer.image_embeddings
+
+        def image_embeddings(images, image_embeds, n):
+            if images is None or image_embeds is not None:
+                return original_images(images, image_embeds, n)
+            from capeval.validation import check_same_length
+
+            check_same_length("images", images, n)
+            return sharded_encode_images(
+                backbone, images, scorer.batch_size, state, scorer.num_workers, scorer.progress
+            )
+
+        clone.image_embeddings = image_embeddings
+    if hasattr(scorer, "text_embeddings"):
+
+        def text_embeddings(texts):
+            return sharded_encode_texts(
+                backbone, texts, scorer.prefix, scorer.batch_size, state, scorer.progress
+            )
+
+        clone.text_embeddings = text_embeddings
+    if hasattr(scorer, "frame_embeddings"):
+        original_frames = scorer.frame_embeddings
+
+        def frame_embeddings(videos, video_embeds, n):
+            if videos is None or video_embeds is not None or isinstance(videos, (str, bytes)):
+                return original_frames(videos, video_embeds, n)
+            from capeval.validation import check_same_length
+
+            check_same_length("videos", videos, n)
+            return sharded_encode_videos(backbone, videos, scorer, state)
+
+        clone.frame_embeddings = frame_embeddings
+    return clone
+
+
+def score_distributed(
+    metric: str | Any,
+    predictions: Sequence[str],
+    *,
+    references: Sequence[Sequence[str]] | None = None,
+    images: Sequence | None = None,
+    image_embeds=None,
+    videos: Sequence | None = None,
+    video_embeds=None,
+    state=None,
+    **options,
+) -> dict:
+    """Score on every process of a distributed launch; each encodes its share, all return the full result.
+
+    Args:
+        metric: a metric name (``"clipscore"``, ``"refclipscore"``, ``"pacscore"``, ``"emscore"``) built with
+            ``options`` on this process's device, or a scorer object (``capeval.CLIPScore(...)``).
+        predictions: all captions (the same list in every process).
+        references, images, image_embeds, videos, video_embeds: as the metric's own call takes them.
+        state: an accelerate ``PartialState``; default: this process's.
+        **options: metric options (``model``, ``dtype``, ``batch_size``, ...) when ``metric`` is a name.
+
+    Returns:
+        dict: the metric's result, identical in every process.
+    """
+    state = state or process_state(options.get("device"))
+    if isinstance(metric, str):
+        options.setdefault("device", state.device)
+        scorer = build_scorer(metric, **options)
+    elif options:
+        raise TypeError(
+            f"options {sorted(options)} only apply to a metric name; this scorer is already built"
+        )
+    else:
+        scorer = metric
+    given = {
+        "references": references,
+        "images": images,
+        "image_embeds": image_embeds,
+        "videos": videos,
+        "video_embeds": video_embeds,
+    }
+    inputs = {k: v for k, v in given.items() if v is not None}
+    unknown = sorted(set(inputs) - call_inputs(scorer))
+    if unknown:
+        raise TypeError(f"{type(scorer).__name__} does not take {unknown}")
+    return sharded(scorer, state)(predictions, **inputs)
