@@ -15,10 +15,11 @@ __version__ = "0.1.0"
 _LAZY = {
     "CLIPScore": "capeval.clipscore",
     "RefCLIPScore": "capeval.clipscore",
-    "PACScore": "capeval.pacscore",
     "WMD": "capeval.text.wmd",
     "WEmbSim": "capeval.text.wembsim",
     "load_vectors": "capeval.text.vectors",
+    "PACScore": "capeval.pacscore",
+    "EMScore": "capeval.emscore",
     "load_backbone": "capeval.backbones",
     "encode_images": "capeval.encoding",
     "encode_texts": "capeval.encoding",
