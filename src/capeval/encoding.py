@@ -88,8 +88,10 @@ def unique_indices(keys: Sequence) -> tuple[list[int], list[int]]:
     return uniques, inverse
 
 
-def _default_workers() -> int:
-    return max(1, min(8, (os.cpu_count() or 2)))
+def _default_workers(device: torch.device | None = None) -> int:
+    cores = os.cpu_count() or 2
+    # On a GPU decoding is the bottleneck: use every core. On the CPU the model needs the cores itself.
+    return max(1, min(32, cores) if device is not None and device.type == "cuda" else min(4, cores))
 
 
 @torch.inference_mode()
@@ -126,7 +128,7 @@ def encode_images(
     if not uniques:
         return torch.zeros(0, backbone.embed_dim)
     size = backbone.image_size
-    workers = num_workers or _default_workers()
+    workers = num_workers or _default_workers(backbone.device)
     out = torch.empty(len(uniques), backbone.embed_dim)
 
     with ThreadPoolExecutor(max_workers=workers) as pool, _progress(len(uniques), "images", progress) as bar:
