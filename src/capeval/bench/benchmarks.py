@@ -287,8 +287,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             [("kendall_c", "τc"), ("kendall_b", "τb"), ("kendall_c_B", "τc (B)"), ("kendall_b_B", "τb (B)")],
             "Hessel et al. 2021, Table 1; Sarto et al. 2023, Table 1",
             [
-                "5,664 pairs after dropping the 158 whose candidate is one of the image's references",
-                "method A: one row per expert rating (16,992 rows); (B): the mean of the three ratings",
+                "pairs whose candidate is one of its image's references are dropped (158 of the official 5,822)",
+                "method A: one row per expert rating; (B): one row per pair, the mean of its three ratings",
             ],
         ),
         Benchmark(

@@ -18,6 +18,7 @@ Names understood by :func:`resolve_metric` (and the ``--metrics`` option of ``ca
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -143,6 +144,17 @@ class BenchMetric:
             closer()
 
 
+def display_name(key: str) -> str:
+    """The table name of a metric key (``bleu4`` -> ``BLEU-4``); unknown keys are returned as they are."""
+    from capeval.bench.baselines import KINDS
+
+    if key in KINDS:
+        return KINDS[key][0]
+    if key in CAPEVAL_METRICS:
+        return CAPEVAL_METRICS[key][1]
+    return key
+
+
 def _wrap(obj) -> BenchMetric:
     return BenchMetric(
         obj,
@@ -235,8 +247,28 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
 
 
 def _import(spec: str):
-    module, _, attr = spec.partition(":")
-    obj = importlib.import_module(module)
+    """``package.module:attr`` or ``path/to/file.py:attr``; the current directory is importable, as with
+    ``python -m``. A class is instantiated with no arguments."""
+    import os
+    import sys
+    from pathlib import Path
+
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py"):
+        path = Path(module).expanduser().resolve()
+        loader = importlib.util.spec_from_file_location(path.stem, path)
+        if loader is None or not path.is_file():
+            raise FileNotFoundError(f"metric file not found: {module}")
+        obj = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(obj)
+    else:
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError:
+            if os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())
+            obj = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
     if isinstance(obj, type):

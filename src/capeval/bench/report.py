@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capeval.bench.metrics import display_name
 from capeval.bench.published import published_value, published_values, sources
 from capeval.bench.runner import BenchmarkRun
 
@@ -55,7 +56,7 @@ def _published_only_rows(run: BenchmarkRun, digits: int) -> list[str]:
     rows = []
     for metric, cols in by_metric.items():
         cells = [f"({cols[c]:.{digits}f})" if c in cols else "" for c, _ in run.benchmark.columns]
-        rows.append(f"| {metric} (published only) | " + " | ".join(cells) + " |")
+        rows.append(f"| {display_name(metric)} (published only) | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -94,7 +95,7 @@ def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
             labels = [f"{(edges[i] + edges[i + 1]) / 2:.2g}" for i in range(len(edges) - 1)]
         else:
             bins = np.searchsorted(levels, human)
-            labels = [f"{v:g}" for v in levels]
+            labels = [f"{v:.3g}" for v in levels]
         n = len(metrics)
         ncols = min(3, n)
         nrows = (n + ncols - 1) // ncols

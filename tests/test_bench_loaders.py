@@ -1,0 +1,333 @@
+"""Benchmark loaders on hand-written format fixtures (tests/fixtures/bench) and on generated .mat/.parquet files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capeval.bench import (
+    load_abstract50s,
+    load_clipscore_json,
+    load_composite,
+    load_flickr8k_cf,
+    load_flickr8k_expert,
+    load_foil,
+    load_nebula,
+    load_pascal50s,
+    load_pascal50s_json,
+    load_polaris,
+    load_system_captions,
+    load_system_human_scores,
+    load_thumb,
+    load_vatex_eval,
+    read_references,
+)
+from capeval.bench.composite import parse_correctness_csv
+
+FIX = Path(__file__).parent / "fixtures" / "bench"
+
+
+# ---------------------------------------------------------------- helpers writing the binary layouts
+
+
+def write_pascal_mats(folder: Path, pairs, consensus_votes=None, image_sents=None) -> Path:
+    """pair_pascal.mat (and consensus_pascal.mat, pascal50S.mat) in the CIDEr layout, from Python lists.
+
+    pairs: [(image, sentence 1, sentence 2, category 1-4, [11 votes +1/-1])].
+    """
+    from scipy.io import savemat
+
+    n = len(pairs)
+    new_input = np.zeros((1, n), dtype=[("name", "O"), ("sent1", "O"), ("sent2", "O")])
+    result = np.zeros((1, n), dtype=[("result", "O")])
+    for i, (img, a, b, _cat, votes) in enumerate(pairs):
+        new_input[0, i] = (img, " " + a, " " + b)
+        result[0, i] = (np.array([votes], dtype=np.int16),)
+    category = np.array([[p[3] for p in pairs]], dtype=np.uint8)
+    new_data = np.array([[6, 6]] * n, dtype=np.uint8)
+    savemat(
+        folder / "pair_pascal.mat",
+        {"new_input": new_input, "category": category, "result": result, "new_data": new_data},
+    )
+    if consensus_votes is not None:
+        trip = np.zeros((1, 48 * n), dtype=[("ref", "O"), ("s1", "O"), ("s2", "O"), ("winner", "O")])
+        for i, (img, a, b, _c, _v) in enumerate(pairs):
+            va, vb = consensus_votes[i]
+            winners = [1] * va + [2] * vb
+            for j in range(48):
+                trip[0, 48 * i + j] = (
+                    np.array([np.array([f"reference {j} of {img}"])], dtype=object),
+                    a,
+                    b,
+                    np.array([[winners[j]]], dtype=float),
+                )
+        savemat(folder / "consensus_pascal.mat", {"triplets": trip})
+    if image_sents is not None:
+        refs = np.zeros((1, len(image_sents)), dtype=[("image", "O"), ("sent", "O")])
+        for k, (img, sents) in enumerate(image_sents.items()):
+            cell = np.empty((1, len(sents)), dtype=object)
+            for j, s in enumerate(sents):
+                cell[0, j] = np.array([s])
+            refs[0, k] = (img, cell)
+        savemat(folder / "pascal50S.mat", {"refs": refs})
+    return folder
+
+
+PAIRS = [
+    ("2008_000001.jpg", "A dog on a sofa.", "A cat on a bed.", 1, [1] * 6 + [-1] * 5),
+    ("2008_000001.jpg", "A dog on a sofa.", "Two men fishing.", 2, [1] * 11),
+    ("2008_000002.jpg", "A red bus.", "a bus on the road", 3, [-1] * 7 + [1] * 4),
+    ("2008_000002.jpg", "a bus is parked", "a bus on the road", 4, [1] * 5 + [-1] * 5),
+]
+
+
+# ---------------------------------------------------------------- Flickr8k and the CLIPScore layout
+
+
+def test_flickr8k_expert_keeps_every_row_and_flags_candidates_among_their_references():
+    ds = load_flickr8k_expert(FIX / "flickr8k", image_root="/imgs")
+    assert len(ds) == 6
+    assert ds["candidate_in_references"] == [False, True, False, False, False, False]
+    row = ds[0]
+    assert row["candidate"] == "Kids building a sandcastle by the sea ."
+    assert row["human_scores"] == [1.0, 1.0, 2.0]
+    assert len(row["references"]) == 5
+    assert row["image"] == "/imgs/1000_a.jpg"
+    assert load_flickr8k_expert(FIX / "flickr8k")[0]["image"] is None
+
+
+def test_flickr8k_cf_reads_the_yes_fraction_and_counts():
+    ds = load_flickr8k_cf(FIX / "flickr8k")
+    assert len(ds) == 6
+    assert ds[2]["human_scores"] == [pytest.approx(0.666667)]
+    assert (ds[2]["n_yes"], ds[2]["n_no"]) == (2, 1)
+    assert ds["candidate_in_references"] == [True, False, True, False, True, False]
+
+
+def test_flickr8k_loader_names_the_missing_token_file(tmp_path):
+    (tmp_path / "ExpertAnnotations.txt").write_text((FIX / "flickr8k" / "ExpertAnnotations.txt").read_text())
+    with pytest.raises(FileNotFoundError, match="Flickr8k.token.txt"):
+        load_flickr8k_expert(tmp_path)
+
+
+def test_clipscore_layout_groups_repeated_judgments_and_skips_nan_ratings(caplog):
+    ds = load_clipscore_json(FIX / "clipscore_layout.json")
+    assert ds["candidate"] == ["A cat sleeps .", "A dog is running ."]
+    assert ds["human_scores"] == [[1.0, 2.0], [4.0]]
+    assert ds[0]["references"][1] == "A brown dog is running outside ."
+    assert "NaN rating" in caplog.text
+
+
+# ---------------------------------------------------------------- Composite
+
+
+def test_composite_parser_reads_captions_and_ratings_after_the_image_url():
+    rows, skipped = parse_correctness_csv(FIX / "composite" / "coco_correctness.csv")
+    assert rows == [
+        {
+            "image": "COCO_val2014_000000000042.jpg",
+            "captions": [
+                "A pizza with cheese on a table.",
+                "A pizza on a plate.",
+                "A dog eating food.",
+                "Food on a table.",
+            ],
+            "ratings": [5.0, 4.0, 1.0, 3.0],
+        }
+    ]
+    assert skipped == []
+
+
+def test_composite_loads_each_source_with_its_references_and_reports_summary_lines(caplog):
+    ds = load_composite(FIX / "composite")
+    assert len(ds) == 3 + 3 + 4
+    assert set(ds["category"]) == {"flickr8k", "coco"}
+    assert ds["human_candidate"].count(True) == 3
+    coco = ds.filter(lambda r: r["source"] == "coco")
+    assert len(coco[0]["references"]) == 5
+    assert "line 5" in caplog.text
+
+
+def test_composite_without_its_files_says_where_they_come_from(tmp_path):
+    with pytest.raises(FileNotFoundError, match="8k_correctness.csv"):
+        load_composite(tmp_path)
+
+
+# ---------------------------------------------------------------- Pascal-50S / Abstract-50S
+
+
+def test_pascal50s_mat_labels_from_48_consensus_votes_with_seeded_tie_breaks(tmp_path):
+    write_pascal_mats(tmp_path, PAIRS, consensus_votes=[(30, 18), (48, 0), (10, 38), (24, 24)])
+    ds = load_pascal50s(tmp_path)
+    assert ds["category"] == ["HC", "HI", "HM", "MM"]
+    assert ds["label"][:3] == [0, 0, 1]
+    assert ds["tie"] == [False, False, False, True]
+    assert ds[0]["votes"] == [30, 18]
+    assert ds[0]["votes_11"] == [6, 5]
+    assert len(ds[0]["references"]) == 48
+    assert ds[0]["candidates"] == ["A dog on a sofa.", "A cat on a bed."]
+    assert "consensus_pascal.mat" in ds[0]["label_source"]
+    assert load_pascal50s(tmp_path)["label"] == ds["label"]  # the tie break is seeded
+
+
+def test_pascal50s_mat_without_consensus_uses_11_votes_and_pascal50S_sentences(tmp_path):
+    sents = {"2008_000001.jpg": ["A dog on a sofa.", "x one", "x two"], "2008_000002.jpg": ["y one", "y two"]}
+    write_pascal_mats(tmp_path, PAIRS, image_sents=sents)
+    ds = load_pascal50s(tmp_path)
+    assert ds["label"][:3] == [0, 0, 1]
+    assert ds[0]["references"] == ["x one", "x two"]  # the candidate itself is not a reference
+    assert "11 votes" in ds[0]["label_source"]
+
+
+def test_pascal50s_json_layout_and_its_labels(tmp_path):
+    data = {
+        "HC": [
+            {
+                "image": "VOC2012/JPEGImages/2008_000001.jpg",
+                "captions": ["a", "b"],
+                "label": 1,
+                "references": ["r1", "r2"],
+            }
+        ],
+        "HI": [],
+        "HM": [],
+        "MM": [],
+    }
+    (tmp_path / "pascal_50s_consensus_labels.json").write_text(json.dumps(data))
+    ds = load_pascal50s_json(tmp_path, image_root="/voc")
+    assert ds[0]["label"] == 1 and ds[0]["image"] == "/voc/2008_000001.jpg"
+    write_pascal_mats(tmp_path, [("2008_000001.jpg", "a", "b", 1, [1] * 11)])
+    assert load_pascal50s(tmp_path)[0]["label"] == 1  # the JSON consensus label wins over the 11 votes
+
+
+def test_abstract50s_pairs_candidates_with_48S_references_and_optional_votes():
+    folder = FIX / "abstract50s"
+    ds = load_abstract50s(folder, votes=folder / "abstract50s_votes.json")
+    assert ds["label"] == [0, 1]
+    assert ds[1]["candidates"] == ["Jenny sits by a tree.", "Jenny runs away from a bear."]
+    assert len(ds[0]["references"]) == 3
+    assert load_abstract50s(folder)["label"] == [-1, -1]
+
+
+# ---------------------------------------------------------------- FOIL, VATEX-EVAL
+
+
+def test_foil_pairs_each_foil_with_its_correct_caption_and_four_references():
+    ds = load_foil(FIX / "foil")
+    assert len(ds) == 3
+    assert ds[0]["candidates"] == ["A man riding a horse on a beach.", "A man riding a cow on a beach."]
+    assert ds["label"] == [0, 0, 0]
+    assert all(len(r) == 4 for r in ds["references"])
+    assert "A man riding a horse on a beach." not in ds[0]["references"]
+    assert ds[2]["foil_word"] == "dog"
+
+
+def test_vatex_eval_one_row_per_candidate_with_9_references_and_3_ratings():
+    ds = load_vatex_eval(FIX / "vatex_eval")
+    assert len(ds) == 18
+    assert set(ds.column_names) >= {"video_id", "candidate", "references", "human_scores"}
+    assert all(len(r) == 9 for r in ds["references"])
+    assert all(len(h) == 3 for h in ds["human_scores"])
+    assert ds[0]["item_id"] == "vid00_000001_000011#0"
+
+
+def test_vatex_eval_refuses_a_candidate_without_three_ratings(tmp_path):
+    data = {"v": {"vid": "v", "cands": ["a"], "scores": "[[1.0, 2.0]]", "refs": [["r"] * 9]}}
+    (tmp_path / "vid_cans_score_dict.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="2 ratings; expected 3"):
+        load_vatex_eval(tmp_path)
+
+
+# ---------------------------------------------------------------- THumB, systems, Polaris, Nebula
+
+
+def test_thumb_rows_carry_systems_and_references_without_the_human_hypothesis():
+    ds = load_thumb(FIX / "thumb")
+    assert len(ds) == 12
+    assert set(ds["system"]) == {"Up-Down", "Unified-VLP", "VinVL-base", "Human"}
+    human = ds.filter(lambda r: r["system"] == "Human")
+    assert all(len(r) == 4 for r in human["references"])
+    assert all(len(r) == 5 for r in ds.filter(lambda r: r["system"] == "Up-Down")["references"])
+
+
+def test_system_captions_and_human_scores_for_coco_style_system_evaluation(tmp_path):
+    for sys_name, cap in (("sysA", "A pizza."), ("sysB", "A cheese pizza on a table.")):
+        (tmp_path / f"{sys_name}.json").write_text(json.dumps([{"image_id": 42, "caption": cap}]))
+    (tmp_path / "human.csv").write_text("system,M1,M2\nsysA,0.2,0.3\nsysB,0.4,0.5\n")
+    ds = load_system_captions(tmp_path, FIX / "composite" / "captions_val2014.json")
+    assert ds["system"] == ["sysA", "sysB"]
+    assert len(ds[0]["references"]) == 5
+    assert load_system_human_scores(tmp_path / "human.csv")["sysB"] == {"M1": 0.4, "M2": 0.5}
+
+
+def test_polaris_csv_layout_parses_reference_lists_as_literals():
+    ds = load_polaris(FIX / "polaris")
+    assert len(ds) == 4
+    assert ds[2]["references"][1] == "Kids' sandcastle on the beach."
+    assert ds["human_scores"][0] == [0.875]
+    assert ds[0]["image"].endswith("images/img_001.jpg") and ds[2]["image"].endswith("images/img_002.jpg")
+
+
+def _write_hub_parquet(folder: Path, split: str, columns: dict) -> None:
+    import datasets
+    from PIL import Image
+
+    img = Image.new("RGB", (4, 4), (255, 0, 0))
+    n = len(next(iter(columns.values())))
+    image_col = "img" if "cand" in columns else "image"  # Polaris calls it img, Nebula image
+    ds = datasets.Dataset.from_dict({**columns, image_col: [img] * n}).cast_column(
+        image_col, datasets.Image()
+    )
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    ds.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+
+
+def test_polaris_and_nebula_hub_parquet_layouts_keep_embedded_images(tmp_path):
+    _write_hub_parquet(
+        tmp_path / "polaris",
+        "test",
+        {"refs": [["a ref", "b ref"], ["c ref"]], "cand": ["a cand", "b cand"], "human_score": [0.5, 0.25]},
+    )
+    pol = load_polaris(tmp_path / "polaris")
+    assert pol["candidate"] == ["a cand", "b cand"]
+    assert pol["human_scores"] == [[0.5], [0.25]]
+    assert pol[0]["image"].size == (4, 4)
+    _write_hub_parquet(
+        tmp_path / "nebula",
+        "valid",
+        {
+            "file_name": ["x.jpg", "y.jpg"],
+            "refs": [["r"], ["s"]],
+            "mt": ["m1", "m2"],
+            "human_score": [0.1, 0.9],
+        },
+    )
+    neb = load_nebula(tmp_path / "nebula", split="valid")
+    assert neb["image_id"] == ["x.jpg", "y.jpg"]
+    assert neb["item_id"] == ["nebula/valid/0", "nebula/valid/1"]
+
+
+def test_hub_loaders_refuse_to_download_when_offline():
+    with pytest.raises(FileNotFoundError, match="Hub is off"):
+        load_polaris(None)
+
+
+# ---------------------------------------------------------------- reference files
+
+
+def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
+    token = read_references(FIX / "flickr8k" / "Flickr8k.token.txt")
+    assert len(token["1000_a"]) == 5
+    coco = read_references(FIX / "composite" / "captions_val2014.json")
+    assert list(coco) == ["COCO_val2014_000000000042"]
+    karpathy = tmp_path / "dataset_coco.json"
+    karpathy.write_text(
+        json.dumps(
+            {"images": [{"filename": "COCO_val2014_000000000042.jpg", "sentences": [{"raw": "A pizza."}]}]}
+        )
+    )
+    assert read_references(karpathy) == {"COCO_val2014_000000000042": ["A pizza."]}
+    assert len(read_references(FIX / "thumb" / "mscoco_references.jsonl")["COCO_val2014_000000000974"]) == 5

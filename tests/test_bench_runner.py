@@ -1,0 +1,337 @@
+"""The runner, score cache, metric adapters, report and CLI, with trivial callables on the format fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capeval.bench import (
+    BENCHMARKS,
+    BenchMetric,
+    ScoreCache,
+    metric_from_callable,
+    run_benchmark,
+    write_report,
+)
+from capeval.bench.cli import add_bench_parser, main
+from capeval.bench.metrics import resolve_metric
+from capeval.bench.published import published_values, sources
+
+FIX = Path(__file__).parent / "fixtures" / "bench"
+
+
+def overlap(predictions, references=None):
+    """Unigram overlap with the best reference: a trivial reference-based metric."""
+    out = []
+    for p, refs in zip(predictions, references, strict=True):
+        words = set(p.lower().split())
+        out.append(max(len(words & set(r.lower().split())) / max(len(words), 1) for r in refs))
+    return out
+
+
+class CountingMetric:
+    """A reference-free callable with a signature and a call counter."""
+
+    signature = "counting|v=1"
+    uses_references = False
+
+    def __init__(self):
+        self.calls = 0
+        self.items = 0
+
+    def __call__(self, predictions):
+        self.calls += 1
+        self.items += len(predictions)
+        return {"scores": [float(len(p)) for p in predictions], "signature": self.signature}
+
+
+def test_any_callable_runs_on_a_benchmark_and_fills_the_papers_columns(tmp_path):
+    run = run_benchmark(
+        "flickr8k_expert", [overlap, "length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert run.skipped is None and len(run.dataset) == 5
+    out = run.outcomes["overlap"]
+    assert out.skipped is None
+    assert set(out.values) == {"kendall_c", "kendall_b", "kendall_c_B", "kendall_b_B"}
+    assert out.signature.startswith("overlap|callable=")
+    assert run.outcomes["length"].values["kendall_c"] == pytest.approx(
+        run.outcomes["length"].values["kendall_c"]
+    )
+
+
+def test_cached_scores_are_reused_and_new_metrics_do_not_recompute_old_ones(tmp_path):
+    cache = ScoreCache(tmp_path)
+    counting = CountingMetric()
+    metric = metric_from_callable(counting, key="counting")
+    first = run_benchmark("flickr8k_expert", [metric], data_dir=FIX, cache=cache, progress=False)
+    assert first.outcomes["counting"].computed == 5 and counting.items == 5
+    second = run_benchmark("flickr8k_expert", [metric, overlap], data_dir=FIX, cache=cache, progress=False)
+    assert counting.items == 5  # nothing recomputed
+    assert second.outcomes["counting"].cached == 5
+    assert second.outcomes["counting"].values == first.outcomes["counting"].values
+    assert (tmp_path / "").is_dir() and any(tmp_path.rglob("all.json"))
+    third = run_benchmark(
+        "flickr8k_expert", [metric], data_dir=FIX, cache=ScoreCache(tmp_path, enabled=False), progress=False
+    )
+    assert third.outcomes["counting"].computed == 5
+
+
+def test_a_changed_input_is_not_served_from_the_cache(tmp_path):
+    cache = ScoreCache(tmp_path)
+    counting = CountingMetric()
+    metric = metric_from_callable(counting, key="counting")
+    run_benchmark("flickr8k_expert", [metric], data_dir=FIX, cache=cache, progress=False)
+    data = tmp_path / "data"
+    shutil.copytree(FIX / "flickr8k", data / "flickr8k")
+    token = data / "flickr8k" / "Flickr8k.token.txt"
+    token.write_text(token.read_text().replace("Kids building a sandcastle", "Kids making a sandcastle"))
+    run_benchmark("flickr8k_expert", [metric], data_dir=data, cache=cache, progress=False)
+    assert counting.items == 6  # only the changed candidate was scored again
+
+
+def test_corpus_level_metrics_are_recomputed_whole_when_partly_cached(tmp_path):
+    seen = []
+
+    def idf_like(predictions, references=None):
+        seen.append(len(predictions))
+        return [len(predictions) + 0.01 * i for i in range(len(predictions))]  # depends on the whole call
+
+    metric = BenchMetric(idf_like, "idf_like", corpus_level=True, signature="idf_like|v=1")
+    cache = ScoreCache(tmp_path)
+    run_benchmark("vatex_eval", [metric], data_dir=FIX, cache=cache, progress=False)
+    assert seen == [18, 18]  # settings refs1 and refs9, each a whole corpus (refs0 is reference-free only)
+    run_benchmark("vatex_eval", [metric], data_dir=FIX, cache=cache, progress=False)
+    assert seen == [18, 18]
+
+
+def test_vatex_reference_free_metrics_fill_the_no_reference_columns_only(tmp_path):
+    run = run_benchmark(
+        "vatex_eval", ["length", overlap], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert set(run.outcomes["length"].values) == {"kendall_0ref", "spearman_0ref"}
+    assert set(run.outcomes["overlap"].values) == {
+        "kendall_1ref",
+        "spearman_1ref",
+        "kendall_9ref",
+        "spearman_9ref",
+    }
+
+
+def test_image_metrics_are_skipped_with_a_message_when_images_are_absent(tmp_path):
+    calls = []
+
+    def image_metric(predictions, images=None):
+        calls.append(images)
+        return [1.0] * len(predictions)
+
+    metric = metric_from_callable(image_metric, uses_references=False, uses_images=True)
+    run = run_benchmark(
+        "flickr8k_expert", [metric, "length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert "images/videos are missing" in run.outcomes["image_metric"].skipped
+    assert calls == []
+    assert run.outcomes["length"].skipped is None
+
+
+def test_image_metrics_get_the_image_paths_when_the_images_exist(tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "images"
+    root.mkdir()
+    for k, name in enumerate(["1000_a.jpg", "2000_b.jpg", "3000_c.jpg"]):
+        Image.new("RGB", (8 + k, 8), (k * 80, 0, 0)).save(root / name)
+
+    def width(predictions, images=None):
+        return [float(Image.open(p).size[0]) for p in images]
+
+    metric = metric_from_callable(width, uses_references=False, uses_images=True)
+    run = run_benchmark(
+        "flickr8k_expert",
+        [metric],
+        data_dir=FIX,
+        cache=ScoreCache(tmp_path / "cache"),
+        options={"image_root": root},
+        progress=False,
+    )
+    assert run.outcomes["width"].skipped is None
+    assert sorted(set(run.scores["width"]["default"])) == [8.0, 9.0, 10.0]
+
+
+def test_clipscore_runs_through_the_harness_with_a_local_model(tmp_path, tiny_clip_dir):
+    from PIL import Image
+
+    root = tmp_path / "images"
+    root.mkdir()
+    for k, name in enumerate(["1000_a.jpg", "2000_b.jpg", "3000_c.jpg"]):
+        Image.new("RGB", (32, 32), (k * 80, 40, 200 - k * 60)).save(root / name)
+    run = run_benchmark(
+        "flickr8k_expert",
+        ["clipscore", "refclipscore"],
+        data_dir=FIX,
+        cache=ScoreCache(tmp_path / "cache"),
+        options={"image_root": root},
+        metric_options={"model": str(tiny_clip_dir), "device": "cpu"},
+        progress=False,
+    )
+    for key in ("clipscore", "refclipscore"):
+        assert run.outcomes[key].skipped is None, run.outcomes[key].skipped
+        assert run.outcomes[key].signature.startswith(key + "|")
+        assert np.isfinite(run.outcomes[key].values["kendall_c"])
+
+
+def test_a_failing_metric_is_reported_and_strict_mode_raises(tmp_path):
+    def broken(predictions, references=None):
+        raise RuntimeError("boom")
+
+    run = run_benchmark(
+        "flickr8k_expert", [broken, "length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert run.outcomes["broken"].skipped == "failed: RuntimeError: boom"
+    assert run.outcomes["length"].skipped is None
+    with pytest.raises(RuntimeError, match="boom"):
+        run_benchmark(
+            "flickr8k_expert", [broken], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False, strict=True
+        )
+
+
+def test_a_metric_returning_the_wrong_number_of_scores_is_refused(tmp_path):
+    metric = metric_from_callable(lambda predictions, references=None: [0.0], key="short")
+    with pytest.raises(ValueError, match="returned 1 scores for 5 predictions"):
+        run_benchmark(
+            "flickr8k_expert", [metric], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False, strict=True
+        )
+
+
+def test_benchmarks_without_data_are_reported_not_run(tmp_path):
+    run = run_benchmark("composite", ["length"], data_dir=tmp_path, progress=False)
+    assert run.skipped and "8k_correctness.csv" in run.skipped
+    data = tmp_path / "data" / "abstract50s"
+    data.mkdir(parents=True)
+    for name in ("abstract48S.json", "abstract_candsB.json", "abstract_candsC.json"):
+        shutil.copy(FIX / "abstract50s" / name, data / name)
+    abstract = run_benchmark(
+        "abstract50s", ["length"], data_dir=data.parent, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert "votes" in abstract.skipped
+
+
+def test_pairwise_benchmarks_average_over_reference_draws(tmp_path):
+    run = run_benchmark(
+        "abstract50s",
+        ["length", overlap],
+        data_dir=FIX,
+        cache=ScoreCache(tmp_path),
+        options={"abstract_votes": FIX / "abstract50s" / "abstract50s_votes.json"},
+        progress=False,
+    )
+    assert (
+        run.outcomes["length"].values["abstract"] == 100.0
+    )  # the preferred caption is the longer in both pairs
+    assert run.outcomes["overlap"].values["abstract"] == 100.0
+    foil = run_benchmark(
+        "foil", ["length", overlap], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    assert foil.outcomes["length"].values == {
+        "acc_1ref": 50.0,
+        "acc_4ref": 50.0,
+    }  # same length: ties count half
+    assert set(foil.outcomes["overlap"].values) == {"acc_1ref", "acc_4ref"}
+
+
+def test_report_has_paper_tables_published_values_skips_and_plots(tmp_path):
+    runs = [
+        run_benchmark(
+            "flickr8k_expert", ["length", overlap], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+        ),
+        run_benchmark("foil", ["length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False),
+        run_benchmark("composite", ["length"], data_dir=tmp_path / "nothing", progress=False),
+    ]
+    report = write_report(runs, tmp_path / "report")
+    text = report.read_text()
+    assert "| Metric | τc | τb | τc (B) | τb (B) |" in text
+    assert "| length | 50.0 (50.2, -0.2) | 50.0 (50.2, -0.2) |" in text
+    assert "CLIP-S (published only)" in text
+    assert "Not run:" in text
+    assert "hessel2021_t5" in text
+    assert (tmp_path / "report" / "plots" / "flickr8k_expert.png").stat().st_size > 1000
+    assert (tmp_path / "report" / "plots" / "foil.png").is_file()
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert results[1]["metrics"]["length"]["published"] == {"acc_1ref": 50.2, "acc_4ref": 50.2}
+
+
+def test_cli_runs_a_table_with_a_user_callable_and_writes_the_report(tmp_path, capsys):
+    code = main(
+        [
+            "run",
+            "flickr8k_expert",
+            "--data-dir",
+            str(FIX),
+            "--metrics",
+            "length",
+            "tests.test_bench_runner:overlap",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    assert "| overlap |" in (tmp_path / "out" / "report.md").read_text()
+    assert "Flickr8k-Expert" in capsys.readouterr().out
+
+
+def test_cli_list_and_published_and_the_parser_hook(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "published", "foil"])
+    assert args.func(args) == 0
+    assert "hessel2021_t5" in capsys.readouterr().out
+    assert main(["list", "--data-dir", str(FIX)]) == 0
+    out = capsys.readouterr().out
+    assert "flickr8k_expert" in out and "present" in out and "spice" in out
+
+
+def test_published_config_cites_its_sources_and_names_real_columns_and_metrics():
+    known = {"bleu1", "bleu4", "meteor", "rougeL", "cider", "spice", "length"} | {
+        "wmd",
+        "wembsim",
+        "clipscore",
+        "refclipscore",
+        "pacscore",
+        "refpacscore",
+    }
+    values = published_values()
+    assert values and set(sources()) >= {p.source for p in values}
+    seen = set()
+    for p in values:
+        assert p.benchmark in BENCHMARKS
+        assert p.column in {c for c, _ in BENCHMARKS[p.benchmark].columns}, p
+        assert p.metric in known, p
+        assert 0 < p.value <= 100
+        key = (p.benchmark, p.column, p.metric)
+        assert key not in seen, f"two published values for {key}"
+        seen.add(key)
+
+
+def test_metric_names_groups_and_import_specs_resolve():
+    assert [m.key for m in resolve_metric("baselines")] == [
+        "bleu1",
+        "bleu4",
+        "meteor",
+        "rougeL",
+        "cider",
+        "spice",
+    ]
+    assert [m.key for m in resolve_metric("text")] == ["wmd", "wembsim"]
+    assert resolve_metric("tests.test_bench_runner:CountingMetric")[0].uses_references is False
+    pac = resolve_metric("pacscore")[0]
+    assert "checkpoint" in pac.unavailable()
+    with pytest.raises(ValueError, match="unknown metric"):
+        resolve_metric("nope")
