@@ -52,3 +52,34 @@ def test_every_candidate_matches_the_gensim_loop_within_1e6(benchmarks_dir, norm
             worst_score = max(worst_score, abs(out["scores"][i] - score))
     assert worst_distance < 1e-6 and worst_score < 1e-6
     assert out["wmd"] == pytest.approx(np.mean(out["scores"]))
+
+
+def test_benchmark_readers_follow_the_published_protocols(benchmarks_dir):
+    from capeval.text import bench
+
+    preds, refs, ratings = bench.flickr8k_expert(benchmarks_dir)
+    assert len(preds) == 5664 and sum(map(len, ratings)) == 16992
+    assert all(p not in r for p, r in zip(preds, refs, strict=True))
+    items = bench.pascal50s(benchmarks_dir, draws=2, seed=0)
+    assert len(items) == 4000 and {it["category"] for it in items} == {"HC", "HI", "HM", "MM"}
+    for it in items[:50]:
+        assert len(it["references"]) == 3 and all(len(r) == 5 for r in it["references"])
+        assert not set(it["captions"]) & set(it["references"][1])
+
+
+def test_kendall_tau_repeats_each_score_for_each_rating_and_accuracy_counts_ties_half():
+    from scipy.stats import kendalltau
+
+    from capeval.text import bench
+
+    scores, ratings = [0.1, 0.5, 0.3], [[1, 2], [4, 4], [2, 3]]
+    expected = kendalltau([0.1, 0.1, 0.5, 0.5, 0.3, 0.3], [1, 2, 4, 4, 2, 3], variant="c").statistic
+    assert bench.kendall_tau(scores, ratings, "c") == pytest.approx(expected)
+    items = [
+        {"category": c, "captions": ["x", "y"], "label": label, "references": [["r"]]}
+        for c, label in (("HC", 0), ("HI", 1), ("HM", 0), ("MM", 1))
+    ]
+    fixed = {"HC": [0.9, 0.1], "HI": [0.9, 0.1], "HM": [0.5, 0.5], "MM": [0.2, 0.8]}
+    order = iter([v for it in items for v in fixed[it["category"]]])
+    acc = bench.pascal_accuracy(items, lambda p, r: [next(order) for _ in p])
+    assert acc == {"HC": 1.0, "HI": 0.0, "HM": 0.5, "MM": 1.0, "mean": 0.625, "ties": 1}
