@@ -139,39 +139,40 @@ def convert_pacscore_checkpoint(
     geometry = checkpoint_geometry(resolved)
     base = model or (str(resolved.path) if resolved.kind == "model_folder" else base_model_for(geometry))
     backbone = load_backbone(base, device="cpu", dtype="float32", checkpoint=os.fspath(checkpoint))
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    backbone.model.save_pretrained(out, safe_serialization=True)
-    backbone.tokenizer.save_pretrained(out)
-    size = backbone.image_size
-    (out / "preprocessor_config.json").write_text(
-        json.dumps(
-            {
-                "image_processor_type": "CLIPImageProcessor",
-                "do_resize": True,
-                "size": {"shortest_edge": size},
-                "resample": 3,
-                "do_center_crop": True,
-                "crop_size": {"height": size, "width": size},
-                "do_rescale": True,
-                "rescale_factor": 1 / 255,
-                "do_normalize": True,
-                "image_mean": list(backbone.image_mean),
-                "image_std": list(backbone.image_std),
-                "do_convert_rgb": True,
-            },
-            indent=2,
-        )
-    )
-    source_sha = file_sha256(resolved.path) if resolved.kind == "state_dict" else None
     provenance = {
         "source": resolved.spec if resolved.kind != "state_dict" else Path(resolved.path).name,
-        "source_sha256": source_sha,
+        "source_sha256": file_sha256(resolved.path) if resolved.kind == "state_dict" else None,
         "source_tag": backbone.weights,
         "architecture": geometry.name,
         "base_model": backbone.name,
         "converted_with": f"capeval {__version__}",
     }
+    return save_model_folder(backbone.model, backbone, output, provenance)
+
+
+def save_model_folder(model, backbone, folder: str | os.PathLike, provenance: dict) -> Path:
+    """Save a CLIPModel as a self-contained folder: safetensors weights, the backbone's tokenizer and
+    preprocessing constants, and ``pacscore.json`` (where the weights came from)."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    backbone.tokenizer.save_pretrained(out)
+    size = backbone.image_size
+    preprocessing = {
+        "image_processor_type": "CLIPImageProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": size},
+        "resample": 3,
+        "do_center_crop": True,
+        "crop_size": {"height": size, "width": size},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(backbone.image_mean),
+        "image_std": list(backbone.image_std),
+        "do_convert_rgb": True,
+    }
+    (out / "preprocessor_config.json").write_text(json.dumps(preprocessing, indent=2))
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out
 
