@@ -1,0 +1,28 @@
+"""The shared Gradio demo of every capeval metric (the Spaces are a few lines over it).
+
+>>> from capeval.demo import build_demo, launch
+>>> demo = build_demo("clipscore")          # doctest: +SKIP
+>>> launch(demo, server_name="127.0.0.1")   # doctest: +SKIP
+
+The model is chosen from a fixed list (``CAPEVAL_DEMO_MODEL`` sets the default; offline, the shapes CLIP
+shipped with capeval); see ``capeval.demo.choices``. Safety limits live in ``capeval.demo.limits``.
+"""
+
+from __future__ import annotations
+
+from capeval.demo.builder import Panel, Scored, build_demo, launch, read_card
+from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
+from capeval.demo.panels import PANELS, get_panel
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "PANELS",
+    "InputError",
+    "Limits",
+    "Panel",
+    "Scored",
+    "build_demo",
+    "get_panel",
+    "launch",
+    "read_card",
+]

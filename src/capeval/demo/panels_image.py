@@ -1,0 +1,210 @@
+"""Panels of the image metrics: CLIPScore, RefCLIPScore and PAC-S (with RefPAC-S).
+
+One image, several candidate captions (one per line) and, for the reference variants, reference captions
+that every candidate is compared with. The captions are ranked by the metric's per-caption score; the
+corpus score is their mean, as the metric computes it for a batch.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from capeval.demo.builder import Panel, Scored
+from capeval.demo.choices import checkpoint_choices, model_choices, resolve
+from capeval.demo.limits import InputError, check_texts, split_lines
+from capeval.demo.render import Row
+from capeval.demo.uploads import UploadedImage, check_image_header, check_uploaded_file
+from capeval.scores import W_CLIP_S, W_PAC_S
+from capeval.tokenization import PREFIX
+
+_MAX_PREFIX_CHARS = 100
+
+
+class ImagePanel(Panel):
+    """Shared inputs and checks of the image panels."""
+
+    references: str = "none"  # "none", "required" or "optional"
+    default_w: float = W_CLIP_S
+
+    def build_inputs(self) -> dict:
+        inputs: dict = {
+            "image": UploadedImage(label="Image", limits=self.limits, elem_id="image-input", height=280),
+            "captions": gr.Textbox(
+                label="Candidate captions (one per line)",
+                lines=4,
+                placeholder="a dog runs on the beach\na cat sleeps on a sofa",
+                elem_id="captions-input",
+            ),
+        }
+        if self.references != "none":
+            optional = " (optional: adds RefPAC-S)" if self.references == "optional" else ""
+            inputs["references"] = gr.Textbox(
+                label=f"Reference captions of the image, one per line{optional}",
+                lines=3,
+                elem_id="references-input",
+            )
+        return inputs
+
+    def _model_options(self) -> dict:
+        choices = model_choices()
+        return {
+            "model": gr.Dropdown(
+                choices=[(c.label, c.key) for c in choices],
+                value=choices[0].key,
+                label="CLIP model",
+                elem_id="model-option",
+            )
+        }
+
+    def build_options(self) -> dict:
+        return {
+            **self._model_options(),
+            "prefix": gr.Textbox(value=PREFIX, label="Prompt prefix", max_length=_MAX_PREFIX_CHARS),
+            "w": gr.Number(value=self.default_w, label="w (rescaling weight)", minimum=0.1, maximum=10.0),
+        }
+
+    def examples(self) -> tuple[list[str], list[list]]:
+        from capeval.demo.examples import EXAMPLE_SCENES, candidate_captions, example_image, references_for
+
+        names = ["image", "captions"] + (["references"] if self.references != "none" else [])
+        rows = []
+        for scene in EXAMPLE_SCENES:
+            row = [str(example_image(scene)), "\n".join(candidate_captions(scene))]
+            if self.references != "none":
+                row.append("\n".join(references_for(scene)))
+            rows.append(row)
+        return names, rows
+
+    def _common(self, image, captions, references, prefix, w) -> tuple[str, list[str], list[str], float]:
+        if not image:
+            raise InputError("Upload an image (or click an example), then Score.")
+        path = check_uploaded_file(image, self.limits.max_file_size, "image")
+        check_image_header(path, self.limits)
+        cands = check_texts(split_lines(captions), "caption", self.limits.max_captions, self.limits)
+        refs = check_texts(
+            split_lines(references),
+            "reference",
+            self.limits.max_references,
+            self.limits,
+            required=self.references == "required",
+        )
+        if prefix is None or len(prefix) > _MAX_PREFIX_CHARS:
+            raise InputError(f"The prompt prefix may have at most {_MAX_PREFIX_CHARS} characters.")
+        if w is None or not 0.1 <= float(w) <= 10.0:
+            raise InputError("w must be between 0.1 and 10.")
+        return str(path), cands, refs, float(w)
+
+
+class CLIPScorePanel(ImagePanel):
+    metric = "clipscore"
+    title = "CLIPScore"
+    headline = "CLIP-S"
+    summary = (
+        "Upload an image and type candidate captions, one per line. CLIPScore rates how well each caption "
+        "fits the image, without references: w * max(cos, 0) of CLIP's image and text embeddings "
+        "(0 = unrelated; with w = 2.5 good captions land around 0.7 to 1). Captions are ranked best first."
+    )
+    scale = W_CLIP_S * 0.5
+
+    def score(self, image=None, captions="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
+        import capeval
+
+        path, cands, _, w = self._common(image, captions, None, prefix, w)
+        spec = resolve(model_choices(), model, "model").spec
+        result = capeval.CLIPScore(model=spec, prefix=prefix, w=w)(cands, images=[path] * len(cands))
+        rows = [Row(c, s) for c, s in zip(cands, result["scores"], strict=True)]
+        return Scored(rows=rows, corpus=result["clipscore"], result=result)
+
+
+class RefCLIPScorePanel(ImagePanel):
+    metric = "refclipscore"
+    title = "RefCLIPScore"
+    headline = "RefCLIP-S"
+    references = "required"
+    summary = (
+        "Upload an image, type candidate captions and reference captions (one per line). RefCLIPScore is "
+        "the harmonic mean of CLIPScore and the caption's best cosine to a reference in CLIP's text space: "
+        "high only when a caption fits both the image and the references. Captions are ranked best first."
+    )
+    scale = 1.0
+
+    def score(self, image=None, captions="", references="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
+        import capeval
+
+        path, cands, refs, w = self._common(image, captions, references, prefix, w)
+        spec = resolve(model_choices(), model, "model").spec
+        scorer = capeval.RefCLIPScore(model=spec, prefix=prefix, w=w)
+        result = scorer(cands, [refs] * len(cands), images=[path] * len(cands))
+        rows = [
+            Row(c, s, {"CLIP-S": cs})
+            for c, s, cs in zip(cands, result["scores"], result["clipscore_scores"], strict=True)
+        ]
+        return Scored(
+            rows=rows,
+            corpus=result["refclipscore"],
+            corpus_extra={"CLIP-S": result["clipscore"]},
+            result=result,
+        )
+
+
+class PACScorePanel(ImagePanel):
+    metric = "pacscore"
+    title = "PAC-S"
+    headline = "PAC-S"
+    references = "optional"
+    default_w = W_PAC_S
+    summary = (
+        "Upload an image and type candidate captions (one per line); add references for RefPAC-S. PAC-S is "
+        "CLIPScore computed with CLIP fine-tuned by positive-augmented contrastive learning, w = 2. "
+        "Captions are ranked by PAC-S, best first."
+    )
+    scale = W_PAC_S * 0.5
+
+    def notice(self) -> str | None:
+        if checkpoint_choices():
+            return None
+        from capeval.checkpoints import missing_checkpoint_help
+
+        return (
+            "**PAC-S weights are not configured on this server**, so scoring will refuse to run. "
+            f"{missing_checkpoint_help()} The operator sets `CAPEVAL_DEMO_CHECKPOINT` to them."
+        )
+
+    def build_options(self) -> dict:
+        choices = checkpoint_choices()
+        return {
+            "checkpoint": gr.Dropdown(
+                choices=[(c.label, c.key) for c in choices],
+                value=choices[0].key if choices else None,
+                label="PAC-S checkpoint",
+                elem_id="checkpoint-option",
+            ),
+            "prefix": gr.Textbox(value=PREFIX, label="Prompt prefix", max_length=_MAX_PREFIX_CHARS),
+            "w": gr.Number(value=self.default_w, label="w (rescaling weight)", minimum=0.1, maximum=10.0),
+        }
+
+    def score(
+        self, image=None, captions="", references="", checkpoint=None, prefix=PREFIX, w=W_PAC_S
+    ) -> Scored:
+        from capeval.pacscore import PACScore
+
+        path, cands, refs, w = self._common(image, captions, references, prefix, w)
+        choices = checkpoint_choices()
+        if not choices:
+            from capeval.checkpoints import missing_checkpoint_help
+
+            raise InputError(missing_checkpoint_help())
+        spec = resolve(choices, checkpoint, "checkpoint").spec
+        scorer = PACScore(checkpoint=spec, prefix=prefix, w=w)
+        n = len(cands)
+        result = scorer(cands, [refs] * n if refs else None, images=[path] * n)
+        if refs:
+            rows = [
+                Row(c, s, {"RefPAC-S": r})
+                for c, s, r in zip(cands, result["scores"], result["refpacscore_scores"], strict=True)
+            ]
+            extra = {"RefPAC-S": result["refpacscore"]}
+        else:
+            rows = [Row(c, s) for c, s in zip(cands, result["scores"], strict=True)]
+            extra = {}
+        return Scored(rows=rows, corpus=result["pacscore"], corpus_extra=extra, result=result)

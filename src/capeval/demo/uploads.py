@@ -1,0 +1,252 @@
+"""Upload components that only ever read what a visitor uploaded, within the demo's limits.
+
+Gradio's own ``Image``/``Video``/``File`` components accept, through the API, a file payload whose path is
+an ``http(s)://`` URL and then download it on the server. The components here refuse that (the server
+fetches nothing a visitor names), accept only files inside Gradio's upload folder (never a server path
+typed into a request), and check size, pixel count and video length from the file headers before
+anything decodes the data. They render with Gradio's own front-end components.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import gradio as gr
+from gradio import component_meta
+from gradio import utils as gr_utils
+from gradio_client import utils as client_utils
+from PIL import Image, UnidentifiedImageError
+
+from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
+
+
+def upload_folder() -> Path:
+    """Gradio's upload (cache) folder: the only place uploaded files are read from."""
+    return Path(gr_utils.get_upload_folder()).resolve()
+
+
+def _mb(n: int | float) -> str:
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
+def check_uploaded_file(path: str | os.PathLike, max_bytes: int, what: str = "file") -> Path:
+    """The resolved path of an uploaded file, refused unless it lies in Gradio's upload folder.
+
+    Raises:
+        InputError: a URL, a path outside the upload folder, not a regular file, or over ``max_bytes``.
+    """
+    text = os.fspath(path)
+    if client_utils.is_http_url_like(text) or "://" in text:
+        raise InputError(f"This demo does not fetch URLs: upload the {what} instead.")
+    resolved = Path(text).resolve()
+    root = upload_folder()
+    if not resolved.is_relative_to(root):
+        raise InputError(f"Only uploaded files are read: upload the {what} instead of naming a path.")
+    if not resolved.is_file():
+        raise InputError(f"The uploaded {what} is missing; upload it again.")
+    size = resolved.stat().st_size
+    if size > max_bytes:
+        raise InputError(f"The {what} is {_mb(size)}; this demo accepts at most {_mb(max_bytes)}.")
+    return resolved
+
+
+def check_image_header(path: Path, limits: Limits = DEFAULT_LIMITS, what: str = "image") -> tuple[int, int]:
+    """(width, height) read from the header only, refused above ``limits.max_image_pixels``.
+
+    Raises:
+        InputError: not an image, or too many pixels (a decompression bomb is refused before decoding).
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                width, height = img.size
+    except Image.DecompressionBombError as err:
+        raise InputError(
+            f"The {what} has too many pixels; this demo accepts at most "
+            f"{limits.max_image_pixels / 1e6:.0f} megapixels."
+        ) from err
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise InputError(f"The {what} is not a readable image file.") from err
+    if width * height > limits.max_image_pixels:
+        raise InputError(
+            f"The {what} is {width}x{height} ({width * height / 1e6:.1f} megapixels); this demo accepts at most "
+            f"{limits.max_image_pixels / 1e6:.0f} megapixels."
+        )
+    return width, height
+
+
+def check_video_header(path: Path, limits: Limits = DEFAULT_LIMITS) -> float:
+    """The video's length in seconds from its container, refused when too long, too large or unknown.
+
+    Raises:
+        InputError: not a video, no video stream, longer than ``limits.max_video_seconds``, frames larger
+            than ``limits.max_video_pixels``, or a length the container does not state.
+    """
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError("The file has no video stream.")
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            seconds = None
+            if stream.duration is not None and stream.time_base is not None:
+                seconds = float(stream.duration * stream.time_base)
+            elif container.duration is not None:
+                seconds = container.duration / av.time_base
+            elif stream.frames and stream.average_rate:
+                seconds = stream.frames / float(stream.average_rate)
+    except InputError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as err:
+        raise InputError("The file is not a readable video.") from err
+    if seconds is None or not math.isfinite(seconds):
+        raise InputError("The video does not state its length; re-encode it (e.g. as MP4 or WebM).")
+    if seconds > limits.max_video_seconds:
+        raise InputError(
+            f"The video is {seconds:.1f} s long; this demo accepts at most {limits.max_video_seconds:.0f} s."
+        )
+    if width * height > limits.max_video_pixels:
+        raise InputError(
+            f"The video is {width}x{height}; this demo accepts frames of at most "
+            f"{limits.max_video_pixels / 1e6:.1f} megapixels."
+        )
+    return seconds
+
+
+# Gradio's component metaclass writes a typing stub (<module>.pyi) next to the source of every component
+# class it creates; for these subclasses that would litter the package (and a read-only install) with a
+# generated file. The stub only serves editors, so it is skipped while the classes below are created.
+_write_stub = component_meta.create_or_modify_pyi
+component_meta.create_or_modify_pyi = lambda *args, **kwargs: None
+
+
+class _LocalOnly:
+    """Refuses to download URLs into the cache and renders with the parent's front-end component."""
+
+    _what = "file"
+    _gradio_base: type = gr.File
+
+    # The browser draws a component by its name and class id: those of the Gradio parent, whose
+    # front-end is built in (another id makes the page look for a custom component and draw nothing).
+    def get_block_name(self) -> str:
+        return self._gradio_base.__name__.lower()
+
+    def get_block_class(self) -> str:
+        return self._gradio_base.__name__.lower()
+
+    @classmethod
+    def get_component_class_id(cls) -> str:
+        return cls._gradio_base.get_component_class_id()
+
+    def get_config(self, cls=None):
+        return super().get_config(cls=cls or self._gradio_base)
+
+    def _refuse_url(self, url_or_file_path) -> None:
+        if url_or_file_path is not None and client_utils.is_http_url_like(str(url_or_file_path)):
+            raise gr.Error(f"This demo does not fetch URLs: upload the {self._what} instead.")
+
+    async def async_move_resource_to_block_cache(self, url_or_file_path):
+        self._refuse_url(url_or_file_path)
+        return await super().async_move_resource_to_block_cache(url_or_file_path)
+
+    def move_resource_to_block_cache(self, url_or_file_path):
+        self._refuse_url(url_or_file_path)
+        return super().move_resource_to_block_cache(url_or_file_path)
+
+
+def _as_gr_error(err: InputError) -> gr.Error:
+    return gr.Error(str(err))
+
+
+class UploadedImage(_LocalOnly, gr.Image):
+    """``gr.Image`` giving the handler the path of an uploaded image, checked against the limits."""
+
+    _what = "image"
+    _gradio_base = gr.Image
+
+    def __init__(self, *args, limits: Limits = DEFAULT_LIMITS, **kwargs) -> None:
+        kwargs.setdefault("type", "filepath")
+        kwargs.setdefault("sources", ["upload", "clipboard"])
+        # The original file goes to capeval, which converts to RGB after the crop as CLIP's authors do.
+        kwargs.setdefault("image_mode", None)
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        try:
+            if payload.path and not (payload.url or "").startswith("data:"):
+                path = check_uploaded_file(payload.path, self.limits.max_file_size, "image")
+                check_image_header(path, self.limits)
+            value = super().preprocess(payload)
+            if value is not None:
+                # A pasted (base64) image was written to the cache by Gradio: check what it wrote.
+                path = check_uploaded_file(value, self.limits.max_file_size, "image")
+                check_image_header(path, self.limits)
+        except InputError as err:
+            raise _as_gr_error(err) from None
+        return value
+
+
+class UploadedVideo(_LocalOnly, gr.Video):
+    """``gr.Video`` giving the handler the path of an uploaded video within the length limit."""
+
+    _what = "video"
+    _gradio_base = gr.Video
+
+    def __init__(self, *args, limits: Limits = DEFAULT_LIMITS, **kwargs) -> None:
+        kwargs.setdefault("sources", ["upload"])
+        # No server-side conversion: FFmpeg never runs on visitor files.
+        kwargs.setdefault("format", None)
+        kwargs.setdefault("include_audio", True)
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        try:
+            path = check_uploaded_file(payload.path, self.limits.max_video_file_size, "video")
+            check_video_header(path, self.limits)
+        except InputError as err:
+            raise _as_gr_error(err) from None
+        return super().preprocess(payload)
+
+
+class UploadedFrames(_LocalOnly, gr.File):
+    """``gr.File`` for several uploaded frame images; gives the handler their checked paths in order."""
+
+    _what = "frames"
+    _gradio_base = gr.File
+
+    def __init__(self, *args, limits: Limits = DEFAULT_LIMITS, **kwargs) -> None:
+        kwargs.setdefault("file_count", "multiple")
+        kwargs.setdefault("file_types", ["image"])
+        kwargs.setdefault("type", "filepath")
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+
+    def preprocess(self, payload):
+        value = super().preprocess(payload)
+        if value is None:
+            return None
+        paths = value if isinstance(value, list) else [value]
+        if len(paths) > self.limits.max_frames:
+            raise gr.Error(f"{len(paths)} frames given; this demo accepts at most {self.limits.max_frames}.")
+        try:
+            for i, p in enumerate(paths):
+                path = check_uploaded_file(p, self.limits.max_file_size, f"frame {i + 1}")
+                check_image_header(path, self.limits, f"frame {i + 1}")
+        except InputError as err:
+            raise _as_gr_error(err) from None
+        return paths
+
+
+component_meta.create_or_modify_pyi = _write_stub
