@@ -7,8 +7,8 @@ Writes a synthetic H.264 clip (moving shapes over a gradient, 30 fps), then time
 - ``sampled``: ``decode_video(path, num_frames=10)``: every frame decoded, only the 10 sampled converted to
   RGB and resized (the VATEX-EVAL protocol);
 - ``every``: ``decode_video(path, None)``: every frame decoded, converted and resized (the library default);
-- ``peer``: what the authors' loop does for 10 frames: convert every decoded frame to an RGB array, resize
-  them all, then keep 10;
+- ``peer``: what the authors' loop does for 10 frames (OpenCV there): convert every decoded frame to an RGB
+  array, resize them all, then keep 10;
 - ``decode only``: FFmpeg decoding without any conversion (the floor).
 
 Frames/s counts the frames of the video (decoded), not only the kept ones. The machine may be shared: the
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import av
+    from PIL import Image
 
     from capeval.images import resize_and_crop
     from capeval.video import decode_video, sample_indices
@@ -82,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             with av.open(str(path)) as c:
                 s = c.streams.video[0]
                 s.thread_type = "AUTO"
-                frames = [resize_and_crop(f.to_image(), args.size) for f in c.decode(s)]
+                frames = [
+                    resize_and_crop(Image.fromarray(f.to_ndarray(format="rgb24")), args.size)
+                    for f in c.decode(s)
+                ]
             return [frames[i] for i in sample_indices(len(frames), args.num_frames)]
 
         def decode_only():
