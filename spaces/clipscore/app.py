@@ -1,4 +1,8 @@
-"""CLIPScore Space: the shared capeval demo (capeval.demo) for the clipscore metric."""
+"""CLIPScore Space: the shared capeval demo (capeval.demo) for the clipscore metric.
+
+Run locally with `python spaces/clipscore/app.py`; published, this file sits beside the metric card (README.md,
+whose front matter configures the Space) and clipscore.py, so evaluate.load("<org>/clipscore") works too.
+"""
 
 from pathlib import Path
 

@@ -33,6 +33,7 @@ class Scored:
         corpus_extra: other corpus figures shown next to it (name -> value).
         extras: values of the panel's extra outputs, by name.
         result: the metric's raw result dict (shown under "Raw result").
+        headline: name of the headline score when it depends on the inputs (else the panel's).
     """
 
     rows: list[Row]
@@ -40,6 +41,7 @@ class Scored:
     corpus_extra: dict[str, float] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
     result: dict = field(default_factory=dict)
+    headline: str | None = None
 
 
 class Panel:
@@ -49,7 +51,7 @@ class Panel:
     title: str = ""
     headline: str = ""  # column header and name of the headline score
     summary: str = ""  # two sentences: what to give, how to read the numbers
-    scale: float = 1.0  # a score of this value fills the bar
+    scale: float | None = 1.0  # a score of this value fills the bar; None: the best score of the table
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self.limits = limits
@@ -113,8 +115,9 @@ def _make_handler(panel: Panel, names: list[str], extra_names: list[str]):
         except Exception:
             logger.exception("capeval demo %s: scoring failed", panel.metric)
             raise gr.Error("Scoring failed unexpectedly; the error was logged on the server.") from None
-        corpus = corpus_line(panel.headline, scored.corpus, len(scored.rows), scored.corpus_extra)
-        table = ranked_table(scored.rows, panel.headline, panel.scale)
+        headline = scored.headline or panel.headline
+        corpus = corpus_line(headline, scored.corpus, len(scored.rows), scored.corpus_extra)
+        table = ranked_table(scored.rows, headline, panel.scale)
         extras = [scored.extras.get(name) for name in extra_names]
         return [corpus, table, *extras, scored.result]
 

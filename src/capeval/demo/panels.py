@@ -12,6 +12,9 @@ PANELS = {
     "clipscore": "capeval.demo.panels_image:CLIPScorePanel",
     "refclipscore": "capeval.demo.panels_image:RefCLIPScorePanel",
     "pacscore": "capeval.demo.panels_image:PACScorePanel",
+    "wmd": "capeval.demo.panels_text:WMDPanel",
+    "wembsim": "capeval.demo.panels_text:WEmbSimPanel",
+    "emscore": "capeval.demo.panels_video:EMScorePanel",
 }
 
 

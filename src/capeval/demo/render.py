@@ -39,16 +39,25 @@ def ranked(rows: Sequence[Row]) -> list[Row]:
 
 def _fmt(value) -> str:
     if isinstance(value, (float, np.floating)):
+        if np.isnan(value):
+            return "n/a"
         return "inf" if np.isinf(value) else f"{float(value):.4f}"
     return html.escape(str(value))
 
 
-def ranked_table(rows: Sequence[Row], headline: str, scale: float, table_id: str = "capeval-ranked") -> str:
-    """HTML table of the captions ranked by score, with a bar per score (``scale`` = the bar's full width).
+def ranked_table(
+    rows: Sequence[Row], headline: str, scale: float | None, table_id: str = "capeval-ranked"
+) -> str:
+    """HTML table of the captions ranked by score, with a bar per score.
+
+    ``scale`` is the score that fills a bar; ``None`` scales the bars to the best score of the table.
 
     Each row carries ``data-rank``, ``data-caption`` and ``data-score`` for scripts and tests.
     """
     order = ranked(rows)
+    if scale is None:
+        finite = [r.score for r in order if np.isfinite(r.score)]
+        scale = max(finite) if finite and max(finite) > 0 else 1.0
     extra_names = list(order[0].extra) if order else []
     head = "".join(f"<th>{html.escape(n)}</th>" for n in ["#", "caption", headline, *extra_names])
     body = []

@@ -1,0 +1,178 @@
+"""Panel of the video metric EMScore: a short video (or its frames), candidate captions, optional references.
+
+The variant follows the inputs as in the metric: video only -> EMScore(X,V), references only ->
+EMScore(X,X*), both -> EMScore(X,V,X*). Beside the ranking, a heatmap shows the cosine of every token of
+the best caption with every sampled frame: the similarities EMScore's fine-grained matching works on.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from capeval.demo.builder import Panel, Scored
+from capeval.demo.choices import model_choices, resolve
+from capeval.demo.limits import InputError, check_texts, split_lines
+from capeval.demo.render import Row, heatmap
+from capeval.demo.uploads import (
+    UploadedFrames,
+    UploadedVideo,
+    check_image_header,
+    check_uploaded_file,
+    check_video_header,
+)
+
+DEMO_NUM_FRAMES = 16  # frames sampled by default in the demo (the library default is every frame)
+
+
+def token_labels(tokenizer, ids) -> list[str]:
+    """Readable labels of CLIP token ids: words without the end-of-word mark, start/end markers."""
+    labels = []
+    for tok in tokenizer.convert_ids_to_tokens(list(ids)):
+        if tok == tokenizer.bos_token:
+            labels.append("<start>")
+        elif tok == tokenizer.eos_token:
+            labels.append("<end>")
+        else:
+            labels.append(tok.replace("</w>", ""))
+    return labels
+
+
+class EMScorePanel(Panel):
+    metric = "emscore"
+    title = "EMScore"
+    headline = "EMScore"
+    summary = (
+        "Upload a short video (or its frames as images) and type candidate captions, one per line; add "
+        "references if you have them. EMScore matches the caption with the video coarsely (whole caption vs "
+        "whole video) and finely (each word vs each frame) in CLIP's space; higher is better. The heatmap "
+        "shows, for the best caption, how similar each token is to each frame."
+    )
+
+    @property
+    def max_file_size(self) -> int:
+        return self.limits.max_video_file_size
+
+    def build_inputs(self) -> dict:
+        with gr.Tabs():
+            with gr.Tab("Video"):
+                video = UploadedVideo(
+                    label="Video (short)", limits=self.limits, elem_id="video-input", height=240
+                )
+            with gr.Tab("Frames"):
+                frames = UploadedFrames(
+                    label=f"Frames as images, in order (at most {self.limits.max_frames})",
+                    limits=self.limits,
+                    elem_id="frames-input",
+                )
+        return {
+            "video": video,
+            "frames": frames,
+            "captions": gr.Textbox(
+                label="Candidate captions (one per line)", lines=4, elem_id="captions-input"
+            ),
+            "references": gr.Textbox(
+                label="Reference captions (one per line, optional)", lines=2, elem_id="references-input"
+            ),
+        }
+
+    def build_options(self) -> dict:
+        choices = model_choices()
+        return {
+            "model": gr.Dropdown(
+                choices=[(c.label, c.key) for c in choices],
+                value=choices[0].key,
+                label="CLIP model",
+                elem_id="model-option",
+            ),
+            "num_frames": gr.Slider(
+                1,
+                self.limits.max_frames,
+                value=min(DEMO_NUM_FRAMES, self.limits.max_frames),
+                step=1,
+                label="Frames sampled per video (evenly spaced)",
+            ),
+            "idf": gr.Checkbox(
+                value=True, label="IDF token weights (from the references, else the candidates)"
+            ),
+        }
+
+    def build_extra_outputs(self) -> dict:
+        return {"similarity_plot": gr.Plot(label="Token-by-frame similarity", elem_id="similarity-plot")}
+
+    def examples(self) -> tuple[list[str], list[list]]:
+        from capeval.demo.examples import EXAMPLE_SCENES, candidate_captions, example_video, references_for
+
+        rows = [
+            [str(example_video(s)), "\n".join(candidate_captions(s)), "\n".join(references_for(s))]
+            for s in EXAMPLE_SCENES[:2]
+        ]
+        return ["video", "captions", "references"], rows
+
+    def _video_input(self, video, frames):
+        if video and frames:
+            raise InputError("Give a video or frames, not both (clear one of them).")
+        if video:
+            path = check_uploaded_file(video, self.limits.max_video_file_size, "video")
+            check_video_header(path, self.limits)
+            return str(path)
+        if frames:
+            if len(frames) > self.limits.max_frames:
+                raise InputError(
+                    f"{len(frames)} frames given; this demo accepts at most {self.limits.max_frames}."
+                )
+            paths = []
+            for i, p in enumerate(frames):
+                path = check_uploaded_file(p, self.limits.max_file_size, f"frame {i + 1}")
+                check_image_header(path, self.limits, f"frame {i + 1}")
+                paths.append(str(path))
+            return paths
+        return None
+
+    def score(
+        self, video=None, frames=None, captions="", references="", model=None, num_frames=16, idf=True
+    ) -> Scored:
+        import torch
+
+        from capeval.emscore import EMScore
+        from capeval.encoding import encode_text_tokens
+
+        clip = self._video_input(video, frames)
+        cands = check_texts(split_lines(captions), "caption", self.limits.max_captions, self.limits)
+        refs = check_texts(
+            split_lines(references), "reference", self.limits.max_references, self.limits, required=False
+        )
+        if clip is None and not refs:
+            raise InputError("Upload a video (or frames), type references, or both.")
+        if num_frames is None or not 1 <= int(num_frames) <= self.limits.max_frames:
+            raise InputError(f"Frames per video must be between 1 and {self.limits.max_frames}.")
+        spec = resolve(model_choices(), model, "model").spec
+        scorer = EMScore(model=spec, num_frames=int(num_frames), idf=bool(idf))
+        n = len(cands)
+        result = scorer(cands, [refs] * n if refs else None, videos=[clip] * n if clip is not None else None)
+        details = result["details"][result["variant"]]
+        rows = [
+            Row(c, result["scores"][i], {"fine F": details["figr_F"][i], "coarse": details["cogr"][i]})
+            for i, c in enumerate(cands)
+        ]
+        plot = None
+        if clip is not None:
+            best = max(range(n), key=lambda i: result["scores"][i])
+            frames_emb = scorer.frame_embeddings([clip], None, 1)[0]
+            _, tokens, ids = encode_text_tokens(scorer.backbone, [cands[best]], prefix=None)
+            sim = (tokens[0] @ frames_emb.T).to(torch.float32).numpy()
+            plot = heatmap(
+                sim,
+                token_labels(scorer.backbone.tokenizer, ids[0]),
+                [f"f{k + 1}" for k in range(sim.shape[1])],
+                f"Cosine of each token with each frame: {cands[best][:60]}",
+                "sampled frames",
+                "caption tokens",
+                annotate=sim.size <= 200,
+            )
+        return Scored(
+            rows=rows,
+            corpus=result["emscore"],
+            extras={"similarity_plot": plot},
+            result=result,
+            headline=result["variant"],
+        )
