@@ -76,8 +76,14 @@ def pair_inputs(candidates: dict, images: dict[str, Path], references: dict | No
 def _score_command(args: argparse.Namespace) -> int:
     import capeval
 
+    if getattr(args, "corpus", None):
+        from capeval.corpus import corpus_command
+
+        return corpus_command(args)
     if args.candidates_json is None or args.image_dir is None:
-        raise SystemExit("capeval score: give candidates_json and image_dir")
+        raise SystemExit(
+            "capeval score: give candidates_json and image_dir (or --corpus SOURCE --output DIR)"
+        )
     candidates = _read_json(args.candidates_json, "candidates")
     references = _read_json(args.references_json, "references") if args.references_json else None
     images = find_images(args.image_dir)
@@ -156,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--w", type=float, default=None, help="rescaling weight (default 2.5)")
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from capeval.corpus import add_corpus_arguments
+
+    add_corpus_arguments(score)
     score.set_defaults(func=_score_command)
 
     try:
