@@ -26,6 +26,9 @@ _LAZY = {
     "load": "capeval.modules",
     "module_path": "capeval.modules",
     "METRICS": "capeval.modules",
+    "make_compute_metrics": "capeval.training_hooks",
+    "score_distributed": "capeval.distributed",
+    "score_corpus": "capeval.corpus",
 }
 
 
