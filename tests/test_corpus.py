@@ -213,3 +213,16 @@ def test_cache_survives_in_committed_batches(tmp_path):
         found = cache.get_many(cache.namespace("image|test"), [b"a" * 16, b"c" * 16, b"d" * 16])
         assert found[b"a" * 16].tolist() == [1.0, 0.0] and found[b"c" * 16] == "corrupt" and len(found) == 2
         assert cache.get_many(cache.namespace("image|other"), [b"a" * 16]) == {}
+
+
+def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_clip_dir):
+    # A converted PAC-S folder is a CLIP folder: the tiny CLIP stands in for one.
+    result = score_corpus(corpus, tmp_path / "out", "pacscore", checkpoint=str(tiny_clip_dir), chunk_size=50)
+    rows = read_jsonl(result.scores)
+    source = read_jsonl(corpus)
+    plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
+        [source[i]["caption"] for i in (0, 1, 2)],
+        images=[str(corpus.parent / source[i]["image"]) for i in (0, 1, 2)],
+    )
+    assert [rows[i]["pacscore"] for i in (0, 1, 2)] == pytest.approx(plain["scores"], abs=1e-6)
+    assert result.summary["signature"] == plain["signature"]
