@@ -226,3 +226,9 @@ def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_cli
     )
     assert [rows[i]["pacscore"] for i in (0, 1, 2)] == pytest.approx(plain["scores"], abs=1e-6)
     assert result.summary["signature"] == plain["signature"]
+
+
+def test_refclipscore_without_a_references_column_is_refused_before_scoring(corpus, tmp_path, tiny_clip_dir):
+    with pytest.raises(ValueError, match="refclipscore needs references"):
+        score_corpus(corpus, tmp_path / "out", "refclipscore", model=str(tiny_clip_dir))
+    assert not (tmp_path / "out").exists()

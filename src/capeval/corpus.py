@@ -17,7 +17,7 @@ Memory stays bounded by the part size whatever the corpus size: rows are read la
 and the outputs are merged line by line. Under ``torchrun`` / ``accelerate launch`` each process takes the
 parts ``p % world_size == rank`` (on its own GPU) and the main process merges.
 
-Results equal an uninterrupted run exactly: within a part, images and captions missing from the cache are
+Results equal an uninterrupted run exactly (same machine and thread count): within a part, images and captions missing from the cache are
 encoded in batches cut the same way whatever is already cached (a resumed part's missing items are a suffix
 of the uninterrupted run's list). With several processes, an image or caption repeated across parts of
 different processes may be encoded in another batch than in a one-process run: equal up to float rounding.
@@ -669,6 +669,8 @@ def score_corpus(
         raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if metric == "refclipscore" and references_column is None:
+        raise ValueError("refclipscore needs references: name their column (references_column=...)")
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     state = process_state(options.get("device"))
