@@ -138,6 +138,8 @@ class _Rand:
     """One interface over ``random.Random``, ``numpy.random.Generator`` and int seeds."""
 
     def __init__(self, rng: Any) -> None:
+        if isinstance(rng, _Rand):
+            rng = rng._rng
         if rng is None or isinstance(rng, int):
             rng = random.Random(rng)
         self._rng = rng
@@ -395,3 +397,57 @@ def shapes_clip_path() -> Path:
     Pass ``str(shapes_clip_path())`` as ``model=`` to any capeval metric.
     """
     return Path(__file__).resolve().parent / "assets" / "shapes-clip"
+
+
+def make_example_folder(
+    folder: str | Path, n_images: int = 12, seed: int = 0, size: tuple[int, int] = (160, 120)
+) -> dict[str, dict]:
+    """Write a jmhessel/clipscore-style example folder of drawn scenes.
+
+    Layout: ``images/<image_id>.png``, ``candidates.json`` (``{image_id: caption}``) and ``references.json``
+    (``{image_id: [2 to 5 paraphrases]}``, never the canonical caption). Half the candidates describe their image (canonical caption or
+    a paraphrase); the other half get one attribute wrong (colour, shape or position, in turn) or, every
+    fourth, all three. Scenes are distinct.
+
+    Returns:
+        ``{image_id: {"scene": Scene, "candidate": str, "correct": bool, "wrong": attribute or None}}``.
+    """
+    import json
+
+    folder = Path(folder)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    r = _Rand(seed)
+    grid = all_scenes()
+    order = list(range(len(grid)))
+    for i in range(len(order) - 1, 0, -1):  # Fisher-Yates through _Rand, so the folder depends on seed only
+        j = r.index(i + 1)
+        order[i], order[j] = order[j], order[i]
+    if n_images > len(grid):
+        raise ValueError(f"n_images must be at most {len(grid)} (distinct scenes), got {n_images}")
+    wrong_kinds = ("color", "shape", "position", "all")
+    candidates, references, info = {}, {}, {}
+    for k in range(n_images):
+        scene = grid[order[k]]
+        image_id = f"shapes{k:02d}"
+        draw(scene, r, size=size).save(folder / "images" / f"{image_id}.png", optimize=True)
+        if k % 2 == 0:
+            text = caption(scene) if k % 4 == 0 else paraphrase(scene, r)
+            wrong = None
+        else:
+            wrong = wrong_kinds[(k // 2) % len(wrong_kinds)]
+            other = scene
+            for attr in ("color", "shape", "position") if wrong == "all" else (wrong,):
+                other = mismatched(other, attr, r)
+            text = caption(other)
+        refs: list[str] = []
+        n_refs = 2 + r.index(4)
+        while len(refs) < n_refs:
+            ref = paraphrase(scene, r)
+            if ref not in refs:
+                refs.append(ref)
+        candidates[image_id] = text
+        references[image_id] = refs
+        info[image_id] = {"scene": scene, "candidate": text, "correct": wrong is None, "wrong": wrong}
+    (folder / "candidates.json").write_text(json.dumps(candidates, indent=2) + "\n")
+    (folder / "references.json").write_text(json.dumps(references, indent=2) + "\n")
+    return info
