@@ -412,3 +412,33 @@ def test_frame_lists_score_like_the_video_file(tiny_clip_dir, videos):
         b = scorer(["a green square"], videos=[frames])
         c = scorer(["a green square"], videos=[np.stack(frames)])
     assert a["scores"] == pytest.approx(b["scores"], abs=1e-6) == c["scores"]
+
+
+# -- the shapes CLIP on decoded videos ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shape_clips(tmp_path_factory):
+    """Eight clips of drawn shapes moving, encoded with H.264 by PyAV, and their scenes."""
+    from capeval.testing.shapes import COLORS, POSITIONS, SHAPES, Scene, draw_frames
+
+    folder = tmp_path_factory.mktemp("shape-clips")
+    scenes = [Scene(c, SHAPES[i % 3], POSITIONS[i % 5]) for i, c in enumerate([*COLORS, *list(COLORS)[:3]])]
+    paths = [
+        write_video(folder / f"clip{i}.mp4", draw_frames(s, n_frames=6, rng=i)) for i, s in enumerate(scenes)
+    ]
+    return scenes, paths
+
+
+@pytest.mark.parametrize("attribute", ["color", "shape", "position"])
+def test_a_correct_caption_outscores_a_wrong_one_on_decoded_videos(shape_clips, attribute):
+    from capeval.testing.shapes import caption, mismatched, paraphrase, shapes_clip_path
+
+    scenes, paths = shape_clips
+    scorer = EMScore(model=str(shapes_clip_path()), device="cpu")
+    right = [caption(s) for s in scenes]
+    wrong = [caption(mismatched(s, attribute, rng=i)) for i, s in enumerate(scenes)]
+    refs = [[paraphrase(s, rng=i), paraphrase(s, rng=i + 100)] for i, s in enumerate(scenes)]
+    for kwargs in ({"videos": paths}, {"references": refs}, {"videos": paths, "references": refs}):
+        good, bad = scorer(right, **kwargs), scorer(wrong, **kwargs)
+        wins = np.mean(np.array(good["scores"]) > np.array(bad["scores"]))
+        assert wins == 1.0, f"{good['variant']}, wrong {attribute}: correct caption wins only {wins:.0%}"
+        assert good["emscore"] > bad["emscore"]
