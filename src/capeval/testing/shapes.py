@@ -399,37 +399,30 @@ def shapes_clip_path() -> Path:
     return Path(__file__).resolve().parent / "assets" / "shapes-clip"
 
 
-def make_example_folder(
-    folder: str | Path, n_images: int = 12, seed: int = 0, size: tuple[int, int] = (160, 120)
-) -> dict[str, dict]:
-    """Write a jmhessel/clipscore-style example folder of drawn scenes.
+def example_items(n_images: int = 12, seed: int = 0, size: tuple[int, int] = (160, 120)) -> dict[str, dict]:
+    """The drawn scenes of an example folder, with their candidate and reference captions (nothing written).
 
-    Layout: ``images/<image_id>.png``, ``candidates.json`` (``{image_id: caption}``) and ``references.json``
-    (``{image_id: [2 to 5 paraphrases]}``, never the canonical caption). Half the candidates describe their image (canonical caption or
-    a paraphrase); the other half get one attribute wrong (colour, shape or position, in turn) or, every
-    fourth, all three. Scenes are distinct.
+    Half the candidates describe their image (canonical caption or a paraphrase); the other half get one
+    attribute wrong (colour, shape or position, in turn) or, every fourth, all three. Scenes are distinct.
+    References are 2 to 5 paraphrases of the true scene, never its canonical caption.
 
     Returns:
-        ``{image_id: {"scene": Scene, "candidate": str, "correct": bool, "wrong": attribute or None}}``.
+        ``{image_id: {"scene", "image" (PIL), "candidate", "references", "correct" (bool),
+        "wrong" ("color", "shape", "position", "all" or None)}}``, in id order.
     """
-    import json
-
-    folder = Path(folder)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    r = _Rand(seed)
     grid = all_scenes()
+    if not 1 <= n_images <= len(grid):
+        raise ValueError(f"n_images must be between 1 and {len(grid)} (distinct scenes), got {n_images}")
+    r = _Rand(seed)
     order = list(range(len(grid)))
     for i in range(len(order) - 1, 0, -1):  # Fisher-Yates through _Rand, so the folder depends on seed only
         j = r.index(i + 1)
         order[i], order[j] = order[j], order[i]
-    if n_images > len(grid):
-        raise ValueError(f"n_images must be at most {len(grid)} (distinct scenes), got {n_images}")
     wrong_kinds = ("color", "shape", "position", "all")
-    candidates, references, info = {}, {}, {}
+    items: dict[str, dict] = {}
     for k in range(n_images):
         scene = grid[order[k]]
-        image_id = f"shapes{k:02d}"
-        draw(scene, r, size=size).save(folder / "images" / f"{image_id}.png", optimize=True)
+        image = draw(scene, r, size=size)
         if k % 2 == 0:
             text = caption(scene) if k % 4 == 0 else paraphrase(scene, r)
             wrong = None
@@ -445,9 +438,37 @@ def make_example_folder(
             ref = paraphrase(scene, r)
             if ref not in refs:
                 refs.append(ref)
-        candidates[image_id] = text
-        references[image_id] = refs
-        info[image_id] = {"scene": scene, "candidate": text, "correct": wrong is None, "wrong": wrong}
+        items[f"shapes{k:02d}"] = {
+            "scene": scene,
+            "image": image,
+            "candidate": text,
+            "references": refs,
+            "correct": wrong is None,
+            "wrong": wrong,
+        }
+    return items
+
+
+def make_example_folder(
+    folder: str | Path, n_images: int = 12, seed: int = 0, size: tuple[int, int] = (160, 120)
+) -> dict[str, dict]:
+    """Write ``example_items`` as a folder in the layout of the CLIPScore authors' script.
+
+    Layout: ``images/<image_id>.png``, ``candidates.json`` (``{image_id: caption}``) and ``references.json``
+    (``{image_id: [captions]}``). The same seed writes byte-identical files.
+
+    Returns:
+        the items, as ``example_items`` returns them.
+    """
+    import json
+
+    items = example_items(n_images, seed, size)
+    folder = Path(folder)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for image_id, item in items.items():
+        item["image"].save(folder / "images" / f"{image_id}.png", optimize=True)
+    candidates = {image_id: item["candidate"] for image_id, item in items.items()}
+    references = {image_id: item["references"] for image_id, item in items.items()}
     (folder / "candidates.json").write_text(json.dumps(candidates, indent=2) + "\n")
     (folder / "references.json").write_text(json.dumps(references, indent=2) + "\n")
-    return info
+    return items

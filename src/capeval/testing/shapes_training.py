@@ -112,8 +112,11 @@ class _Batches:
 
     def __call__(self):
         n = self.cfg.batch_size
-        labels = [i % len(self.scenes) for i in range(n)]
-        self.rng.shuffle(labels)
+        if n < len(self.scenes):
+            labels = self.rng.sample(range(len(self.scenes)), n)
+        else:
+            labels = [i % len(self.scenes) for i in range(n)]
+            self.rng.shuffle(labels)
         pixels = np.stack([self._image(self.scenes[k]) for k in labels])
         ids = [self._token_ids(self._text(self.scenes[k])) for k in labels]
         longest = max(len(x) for x in ids)
