@@ -388,3 +388,27 @@ def test_hub_errors_name_repo_file_and_cache(fake_hub, target_dir):
         FileNotFoundError, match=r"'config.json' of Hub repo 'offline/repo' in the local cache"
     ):
         load(target_dir, "offline/repo")
+
+
+def test_converted_folder_with_other_activation_or_heads_is_refused(pacs_file, target_dir, tmp_path):
+    from transformers import CLIPModel
+
+    for name, change in (("gelu", {"hidden_act": "gelu"}), ("heads", {"num_attention_heads": 4})):
+        config = target_config()
+        for key, value in change.items():
+            setattr(config.text_config, key, value)
+        CLIPModel(config).save_pretrained(tmp_path / name)
+        with pytest.raises(ValueError, match=rf"another architecture.*text_config.{next(iter(change))}"):
+            load(target_dir, tmp_path / name)
+
+
+def test_converted_folder_of_any_head_width_loads_into_its_own_architecture(tmp_path):
+    config = target_config()
+    config.text_config.num_attention_heads = config.vision_config.num_attention_heads = 4  # 32-wide heads
+    source = build_tiny_clip(tmp_path / "source", seed=1, config=config)
+    target = build_tiny_clip(tmp_path / "target", seed=2, config=config)
+    from transformers import CLIPModel
+
+    want = CLIPModel.from_pretrained(source).state_dict()
+    got = load(target, source).model.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)

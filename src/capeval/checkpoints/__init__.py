@@ -83,12 +83,13 @@ def checkpoint_tensors(resolved: ResolvedCheckpoint, config) -> dict[str, torch.
 
         theirs = CLIPConfig.from_pretrained(resolved.path)
         diffs = ClipGeometry.from_config(theirs).differences(ClipGeometry.from_config(config))
-        acts = (theirs.text_config.hidden_act, config.text_config.hidden_act)
-        if acts[0] != acts[1]:
-            diffs.append(f"activation {acts[0]} vs {acts[1]}")
+        for tower in ("text_config", "vision_config"):
+            for name in ("hidden_act", "num_attention_heads"):
+                a, b = getattr(getattr(theirs, tower), name), getattr(getattr(config, tower), name)
+                if a != b:
+                    diffs.append(f"{tower}.{name} {a} vs {b}")
         if diffs:
             raise ValueError(f"{what} has another architecture than the model (checkpoint vs model): {diffs}")
-        check_config_heads(config)
         return read_model_folder(resolved.path)
     sd = read_state_dict(resolved.path)
     check_architecture(sd, config, what)

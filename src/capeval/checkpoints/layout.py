@@ -237,10 +237,16 @@ def is_transformers_layout(sd: Mapping[str, torch.Tensor]) -> bool:
 
 
 def check_architecture(sd: Mapping[str, torch.Tensor], config, what: str = "the checkpoint") -> None:
-    """Raise a ValueError naming every difference between a state dict's architecture and ``config``'s."""
-    have = ClipGeometry.from_state_dict(sd) if not is_transformers_layout(sd) else None
+    """Raise a ValueError naming every difference between a state dict's architecture and ``config``'s.
+
+    Only OpenAI/OpenCLIP state dicts are checked here (their heads are implied: width // 64); tensors in
+    transformers' names are checked tensor by tensor when copied.
+    """
+    if is_transformers_layout(sd):
+        return
+    have = ClipGeometry.from_state_dict(sd)
     want = ClipGeometry.from_config(config)
-    if have is not None and have != want:
+    if have != want:
         suggestion = f": pass model={PACS_BASE_MODELS[have.name]!r}" if have.name in PACS_BASE_MODELS else ""
         raise ValueError(
             f"{what} is a {have.describe()} but the model is a {want.describe()}; differences "
