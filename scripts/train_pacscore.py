@@ -8,7 +8,7 @@ iterations without a better validation loss). Re-running with the same --output 
 Examples:
     .venv/bin/python scripts/train_pacscore.py --model openai/clip-vit-base-patch32 \\
         --dataset my-coco-pacs --output runs/pacs-vit-b32
-    .venv/bin/python scripts/train_pacscore.py --shapes-demo --output runs/shapes-pacs   # offline, ~1 minute
+    .venv/bin/python scripts/train_pacscore.py --shapes-demo --output runs/shapes-pacs [--start shapes]
 The trained weights land in <output>/model: use them as capeval.PACScore(checkpoint="<output>/model").
 """
 
@@ -44,22 +44,36 @@ def load_splits(name: str, train_split: str, val_split: str | None, val_fraction
 
 
 def shapes_demo(output: Path, args) -> None:
-    from capeval.testing.tiny_clip import build_tiny_clip, tiny_clip_config
-    from capeval.training.shapes_data import caption_ranking_accuracy, held_out_scenes, shapes_pacs_dataset
-
-    config = tiny_clip_config(
-        hidden_size=64, layers=2, heads=1, image_size=64, patch_size=8, projection_dim=64
+    from capeval.training.shapes_data import (
+        caption_ranking_accuracy,
+        held_out_scenes,
+        random_start_clip,
+        shapes_clip_without_projections,
+        shapes_pacs_dataset,
     )
-    start = build_tiny_clip(output / "start", seed=0, config=config)
+
+    if args.start == "random":
+        start, what = random_start_clip(output / "start"), "a random tiny CLIP"
+        cfg = dict(SHAPES_DEMO)
+    else:
+        start, what = shapes_clip_without_projections(output / "start"), "the shapes CLIP, projections reset"
+        cfg = dict(SHAPES_DEMO, lr=LR, max_steps=1500)  # the paper's lr is enough from trained encoders
+    if args.max_steps:
+        cfg["max_steps"] = args.max_steps
     train, val = shapes_pacs_dataset(600, seed=1), shapes_pacs_dataset(150, seed=2)
     images, scenes = held_out_scenes(150)
     before = caption_ranking_accuracy(start, images, scenes)
-    cfg = PACSTrainConfig(**{**SHAPES_DEMO, **({"max_steps": args.max_steps} if args.max_steps else {})})
     result = train_pacs(
-        str(start), train, val, output, cfg, device=args.device, num_threads=args.threads or 1
+        str(start),
+        train,
+        val,
+        output,
+        PACSTrainConfig(**cfg),
+        device=args.device,
+        num_threads=args.threads or 1,
     )
     after = caption_ranking_accuracy(result.output, images, scenes)
-    print(f"start: a random tiny CLIP ({start})")
+    print(f"start: {what} ({start})")
     print(
         f"validation loss {result.initial_val_loss:.4f} -> {result.best_val_loss:.4f} (best at step {result.best_step})"
     )
@@ -99,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument(
-        "--shapes-demo", action="store_true", help="offline demo on drawn shapes from a random tiny CLIP"
+        "--shapes-demo", action="store_true", help="offline demo on the drawn-shapes world (no downloads)"
+    )
+    p.add_argument(
+        "--start", choices=["random", "shapes"], default="random", help="the demo's starting model"
     )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

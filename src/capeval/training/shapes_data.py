@@ -1,0 +1,96 @@
+"""PAC-S training tuples from the drawn-shapes world, to run the whole pipeline offline.
+
+A "real" pair is a drawing of a scene with its canonical caption; the "generated" positives stand in for the
+paper's diffusion images and captioner outputs: another drawing of the same scene (``redraw_variant``: other
+canvas, size, jitter, background) and a paraphrase of its caption.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from capeval.testing import shapes
+
+
+def shapes_pacs_dataset(n: int, seed: int = 0):
+    """``n`` rows of (image, caption, generated_image, generated_caption) as a ``datasets.Dataset``."""
+    import datasets
+
+    rng = random.Random(seed)
+    rows: dict[str, list] = {"image": [], "caption": [], "generated_image": [], "generated_caption": []}
+    for _ in range(n):
+        scene = shapes.random_scene(rng)
+        rows["image"].append(shapes.draw(scene, rng))
+        rows["caption"].append(shapes.caption(scene))
+        rows["generated_image"].append(shapes.redraw_variant(scene, rng))
+        rows["generated_caption"].append(shapes.paraphrase(scene, rng))
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "caption": datasets.Value("string"),
+            "generated_image": datasets.Image(),
+            "generated_caption": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_dict(rows, features=features)
+
+
+def held_out_scenes(n: int, seed: int = 10_000) -> tuple[list, list]:
+    """``n`` drawings from their own seed (half of them variants), cycling through every scene."""
+    rng = random.Random(seed)
+    grid = shapes.all_scenes()
+    scenes = [grid[i % len(grid)] for i in range(n)]
+    images = [shapes.redraw_variant(s, rng) if i % 2 else shapes.draw(s, rng) for i, s in enumerate(scenes)]
+    return images, scenes
+
+
+def caption_ranking_accuracy(
+    model: str, images: list, scenes: list, prefix: str | None = "A photo depicts"
+) -> float:
+    """Share of images whose own canonical caption ranks first among all scenes' captions (through capeval)."""
+    from capeval.backbones import load_backbone
+    from capeval.encoding import encode_images, encode_texts
+
+    backbone = load_backbone(str(model), device="cpu")
+    grid = shapes.all_scenes()
+    index = {s: i for i, s in enumerate(grid)}
+    sims = (
+        encode_images(backbone, images)
+        @ encode_texts(backbone, [shapes.caption(s) for s in grid], prefix=prefix).t()
+    )
+    truth = torch.tensor([index[s] for s in scenes])
+    return float((sims.argmax(dim=1) == truth).float().mean())
+
+
+def random_start_clip(out_dir, seed: int = 0):
+    """A random tiny CLIP (real tokenizer, 64 px input): room to improve everywhere (about 1/75 top-1)."""
+    from capeval.testing.tiny_clip import build_tiny_clip, tiny_clip_config
+
+    config = tiny_clip_config(
+        hidden_size=64, layers=2, heads=1, image_size=64, patch_size=8, projection_dim=64
+    )
+    return build_tiny_clip(out_dir, seed=seed, config=config)
+
+
+def shapes_clip_without_projections(out_dir, seed: int = 0):
+    """The committed shapes CLIP with both projections re-drawn at random (CLIP's init scale, width^-0.5).
+
+    Its encoders understand the shapes world; the two layers PAC-S trains do not: held-out top-1 drops to
+    chance, and only the projections have to be learnt back.
+    """
+    from transformers import CLIPModel
+
+    from capeval.backbones import load_backbone
+    from capeval.pacscore import save_model_folder
+
+    source = shapes.shapes_clip_path()
+    model = CLIPModel.from_pretrained(source).float()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in (model.visual_projection, model.text_projection):
+            width = layer.weight.shape[1]
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * width**-0.5)
+    provenance = {"start": f"{source.name} with visual/text projections re-initialised (seed {seed})"}
+    return save_model_folder(model, load_backbone(str(source), device="cpu"), out_dir, provenance)
