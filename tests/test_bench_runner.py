@@ -253,7 +253,7 @@ def test_report_has_paper_tables_published_values_skips_and_plots(tmp_path):
     report = write_report(runs, tmp_path / "report")
     text = report.read_text()
     assert "| Metric | τc | τb | τc (B) | τb (B) |" in text
-    assert "| length | 50.0 (50.2, -0.2) | 50.0 (50.2, -0.2) |" in text
+    assert "| length | 50.0 (50.2, -0.20) | 50.0 (50.2, -0.20) |" in text
     assert "CLIP-S (published only)" in text
     assert "Not run:" in text
     assert "hessel2021_t5" in text
@@ -335,3 +335,27 @@ def test_metric_names_groups_and_import_specs_resolve():
     assert "checkpoint" in pac.unavailable()
     with pytest.raises(ValueError, match="unknown metric"):
         resolve_metric("nope")
+
+
+def test_report_statistics_give_intervals_williams_tests_and_forward_selection(tmp_path):
+    from capeval.bench.analysis import rating_analysis
+
+    run = run_benchmark(
+        "thumb", ["length", overlap], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
+    )
+    analysis = rating_analysis(run, n_resamples=30)
+    assert analysis.measure == "pearson"
+    assert set(analysis.intervals) == {"length", "overlap"}
+    for est, low, high in analysis.intervals.values():
+        assert low <= est <= high
+    other = ({"length", "overlap"} - {analysis.best}).pop()
+    assert set(analysis.williams) == {other}
+    assert sorted(name for name, _ in analysis.selection) == ["length", "overlap"]
+    text = write_report([run], tmp_path / "report", plots=False, stats=30).read_text()
+    assert "95% interval" in text and "Forward selection" in text
+    assert (
+        rating_analysis(
+            run_benchmark("foil", ["length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False)
+        )
+        is None
+    )

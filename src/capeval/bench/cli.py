@@ -84,6 +84,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
         help="Composite: keep the rated human caption among the references (the easier setting)",
     )
     r.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
+    r.add_argument(
+        "--stats",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
+    )
     r.add_argument("--no-plots", action="store_true")
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--strict", action="store_true", help="stop on the first metric error")
@@ -155,6 +162,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         runs,
         args.out,
         plots=not args.no_plots,
+        stats=args.stats,
         context={"data": args.data_dir, "metrics": " ".join(args.metrics)},
     )
     print(f"[bench] report written to {report}", file=sys.stderr)

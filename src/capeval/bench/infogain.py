@@ -36,7 +36,7 @@ def forward_selection(
         metric_scores: ``{metric name: per-row score}``, rows aligned with ``human``.
         human: per-row human rating.
         groups: keep rows of one group (e.g. the three ratings of a Flickr8k caption) in the same fold.
-        folds: cross-validation folds.
+        folds: cross-validation folds (at most one per item or group).
         seed: shuffling seed of the folds.
         max_features: stop after this many metrics (default: all).
     """
@@ -52,6 +52,10 @@ def forward_selection(
     X = np.column_stack([np.asarray(metric_scores[n], dtype=np.float64) for n in names])
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"metric scores have {X.shape[0]} rows, human ratings {y.shape[0]}")
+    n_units = len(np.unique(groups)) if groups is not None else len(y)
+    folds = min(folds, n_units // 2)  # at least two items per test fold, or R^2 is undefined
+    if folds < 2:
+        raise ValueError(f"cross-validation needs at least 4 items (or groups), got {n_units}")
     if groups is not None:
         cv = GroupKFold(n_splits=folds)
         split_kw = {"groups": np.asarray(groups)}
@@ -70,8 +74,10 @@ def forward_selection(
             if j in chosen:
                 continue
             model = make_pipeline(StandardScaler(), LinearRegression())
-            r2 = cross_val_score(model, X[:, chosen + [j]], y, cv=cv, scoring="r2", **split_kw).mean()
-            if r2 > best_r2:
+            r2 = float(
+                np.nanmean(cross_val_score(model, X[:, chosen + [j]], y, cv=cv, scoring="r2", **split_kw))
+            )
+            if best is None or r2 > best_r2:
                 best, best_r2 = j, r2
         chosen.append(best)
         order.append(names[best])

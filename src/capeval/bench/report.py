@@ -21,12 +21,15 @@ from capeval.bench.runner import BenchmarkRun
 
 
 def format_cell(ours: float | None, published: float | None, digits: int = 1) -> str:
-    """``41.2 (41.8, -0.6)``; ``41.2`` without a published value; ``-`` without ours."""
+    """``41.2 (41.8, -0.60)`` (the difference one digit finer); ``41.2`` without a published value; ``–``
+    without ours."""
     if ours is None or (isinstance(ours, float) and np.isnan(ours)):
         return "–" if published is None else f"– ({published:.{digits}f})"
     if published is None:
         return f"{ours:.{digits}f}"
-    return f"{ours:.{digits}f} ({published:.{digits}f}, {ours - published:+.{digits}f})"
+    diff = ours - published
+    diff = 0.0 if abs(diff) < 0.5 * 10 ** -(digits + 1) else diff  # no "-0.00"
+    return f"{ours:.{digits}f} ({published:.{digits}f}, {diff:+.{digits + 1}f})"
 
 
 def markdown_table(run: BenchmarkRun, digits: int = 1) -> str:
@@ -128,8 +131,13 @@ def write_report(
     digits: int = 1,
     plots: bool = True,
     context: dict | None = None,
+    stats: int = 0,
 ) -> Path:
-    """Write ``report.md``, ``results.json`` and ``plots/<benchmark>.png`` into ``out_dir``; return the report."""
+    """Write ``report.md``, ``results.json`` and ``plots/<benchmark>.png`` into ``out_dir``; return the report.
+
+    ``stats``: when > 0, add bootstrap intervals (this many resamples), Williams tests and the forward-selection
+    analysis under each rating benchmark (:mod:`capeval.bench.analysis`).
+    """
     from capeval import __version__
 
     out = Path(out_dir)
@@ -170,6 +178,12 @@ def write_report(
                     cited.add(p.source)
         cited.update(p.source for p in published_values(bench.name))
         lines.append("")
+        if stats:
+            from capeval.bench.analysis import analysis_markdown, rating_analysis
+
+            analysis = rating_analysis(run, n_resamples=stats)
+            if analysis is not None:
+                lines += analysis_markdown(analysis, stats)
         if plots:
             png = plot_run(run, out / "plots" / f"{bench.name}.png")
             if png is not None:
