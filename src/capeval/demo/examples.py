@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from capeval.testing.shapes import Scene, caption, draw, draw_frames, mismatched
+from capeval.testing.shapes import Scene, all_scenes, caption, draw, draw_frames, mismatched
 
 EXAMPLE_SCENES = (
     Scene("red", "circle", "left"),
@@ -57,7 +57,10 @@ def example_video(scene: Scene) -> Path:
 
 def candidate_captions(scene: Scene) -> list[str]:
     """The right caption and three hard negatives (colour, shape, position changed), in a fixed mix."""
-    wrong = [caption(mismatched(scene, a, rng=i)) for i, a in enumerate(("color", "shape", "position"))]
+    seed = all_scenes().index(scene)
+    wrong = [
+        caption(mismatched(scene, a, rng=seed + i)) for i, a in enumerate(("color", "shape", "position"))
+    ]
     return [wrong[0], caption(scene), wrong[1], wrong[2]]
 
 

@@ -101,10 +101,11 @@ class CLIPScorePanel(ImagePanel):
     headline = "CLIP-S"
     summary = (
         "Upload an image and type candidate captions, one per line. CLIPScore rates how well each caption "
-        "fits the image, without references: w * max(cos, 0) of CLIP's image and text embeddings "
-        "(0 = unrelated; with w = 2.5 good captions land around 0.7 to 1). Captions are ranked best first."
+        "fits the image, without references: w * max(cos, 0) of CLIP's image and text embeddings, from 0 "
+        "(unrelated) to w = 2.5; with the paper's ViT-B/32 good captions land around 0.7 to 1. Captions are "
+        "ranked best first: compare captions of one image, or corpora scored with the same model."
     )
-    scale = W_CLIP_S * 0.5
+    scale = W_CLIP_S  # the largest CLIP-S
 
     def score(self, image=None, captions="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
         import capeval
@@ -121,12 +122,12 @@ class RefCLIPScorePanel(ImagePanel):
     title = "RefCLIPScore"
     headline = "RefCLIP-S"
     references = "required"
+    scale = None
     summary = (
         "Upload an image, type candidate captions and reference captions (one per line). RefCLIPScore is "
         "the harmonic mean of CLIPScore and the caption's best cosine to a reference in CLIP's text space: "
         "high only when a caption fits both the image and the references. Captions are ranked best first."
     )
-    scale = 1.0
 
     def score(self, image=None, captions="", references="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
         import capeval
@@ -158,7 +159,7 @@ class PACScorePanel(ImagePanel):
         "CLIPScore computed with CLIP fine-tuned by positive-augmented contrastive learning, w = 2. "
         "Captions are ranked by PAC-S, best first."
     )
-    scale = W_PAC_S * 0.5
+    scale = W_PAC_S  # the largest PAC-S
 
     def notice(self) -> str | None:
         if checkpoint_choices():

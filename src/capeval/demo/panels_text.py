@@ -159,7 +159,9 @@ class WMDPanel(TextPanel):
 
     def build_extra_outputs(self) -> dict:
         return {
-            "flows_plot": gr.Plot(label="Transport flows of the best candidate", elem_id="flows-plot"),
+            "flows_plot": gr.Plot(
+                label="Transport flows of the best candidate", show_label=False, elem_id="flows-plot"
+            ),
             "flows": gr.HTML(elem_id="flows-table"),
         }
 
@@ -170,15 +172,14 @@ class WMDPanel(TextPanel):
         scorer = WMD(vectors=spec, normalize_vectors=bool(normalize_vectors))
         result = scorer(cands, [refs] * len(cands))
         best = scorer.last_stats.best_reference
-        rows, items = [], []
+        rows, items, best_refs = [], [], []
         for i, cand in enumerate(cands):
             ref = refs[best[i]] if best[i] >= 0 else refs[0]
-            rows.append(
-                Row(cand, result["scores"][i], {"WMD": result["distances"][i], "best reference": ref})
-            )
+            rows.append(Row(cand, result["scores"][i], {"WMD": result["distances"][i]}))
+            best_refs.append(ref)
         order = sorted(range(len(cands)), key=lambda i: -result["scores"][i])
         for i in order:
-            ref = rows[i].extra["best reference"]
+            ref = best_refs[i]
             items.append((cands[i], ref, transport_flows(scorer, cands[i], ref) if best[i] >= 0 else None))
         top = items[0][2]
         plot = None
@@ -218,7 +219,11 @@ class WEmbSimPanel(TextPanel):
         return options
 
     def build_extra_outputs(self) -> dict:
-        return {"cosines_plot": gr.Plot(label="Cosine per candidate and reference", elem_id="cosines-plot")}
+        return {
+            "cosines_plot": gr.Plot(
+                label="Cosine per candidate and reference", show_label=False, elem_id="cosines-plot"
+            )
+        }
 
     def score(
         self, captions="", references="", vectors=None, normalize_vectors=False, reduction="mean"

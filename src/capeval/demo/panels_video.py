@@ -97,7 +97,11 @@ class EMScorePanel(Panel):
         }
 
     def build_extra_outputs(self) -> dict:
-        return {"similarity_plot": gr.Plot(label="Token-by-frame similarity", elem_id="similarity-plot")}
+        return {
+            "similarity_plot": gr.Plot(
+                label="Token-by-frame similarity", show_label=False, elem_id="similarity-plot"
+            )
+        }
 
     def examples(self) -> tuple[list[str], list[list]]:
         from capeval.demo.examples import EXAMPLE_SCENES, candidate_captions, example_video, references_for

@@ -75,8 +75,8 @@ def ranked_table(
             f'data-score="{row.score:.6f}">{"".join(cells)}</tr>'
         )
     return (
-        f'{_STYLE}<table class="capeval-ranked" id="{table_id}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'{_STYLE}<div style="overflow-x:auto"><table class="capeval-ranked" id="{table_id}">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 

@@ -1,0 +1,118 @@
+"""The release: ``python -m build`` makes an sdist and, from it, a wheel that installs into a fresh venv and
+carries the six evaluate modules, the demo and the shapes CLIP, so ``capeval.load`` works from anywhere.
+
+The fresh venv gets only the wheel (``pip install --no-deps --no-index``); its heavy dependencies (torch,
+transformers, evaluate...) come from this checkout's .venv through a ``.pth`` line naming that
+site-packages folder. A ``.pth`` line adds the folder to ``sys.path`` without running the ``.pth`` files
+inside it, so the editable install of capeval there stays invisible and ``import capeval`` can only find
+the wheel. (``--system-site-packages`` would expose the system Python, which lacks the dependencies, and
+installing them again would download gigabytes.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import textwrap
+import zipfile
+
+import pytest
+
+from capeval import __version__
+from capeval.modules import METRICS
+
+pytestmark = pytest.mark.slow
+
+_OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "PIP_NO_INDEX": "1",
+}
+
+
+def _run(cmd, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory, repo_root):
+    out = tmp_path_factory.mktemp("dist")
+    # Without isolation: the build backend (hatchling) comes from .venv, so building needs no network.
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, repo_root])
+    (sdist,) = out.glob(f"capeval-{__version__}.tar.gz")
+    (wheel,) = out.glob(f"capeval-{__version__}-*.whl")
+    return sdist, wheel
+
+
+def test_sdist_carries_the_modules_the_spaces_and_the_package(dists):
+    sdist, _ = dists
+    with tarfile.open(sdist) as tar:
+        names = set(tar.getnames())
+    root = f"capeval-{__version__}"
+    for metric in METRICS:
+        assert f"{root}/metrics/{metric}/{metric}.py" in names
+        assert f"{root}/metrics/{metric}/README.md" in names
+        assert f"{root}/spaces/{metric}/app.py" in names
+    assert f"{root}/src/capeval/demo/builder.py" in names
+    assert f"{root}/pyproject.toml" in names
+
+
+def test_wheel_built_from_the_sdist_carries_the_modules_demo_and_shapes_clip(dists):
+    _, wheel = dists
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    for metric in METRICS:
+        assert f"capeval/_modules/{metric}/{metric}.py" in names
+        assert f"capeval/_modules/{metric}/README.md" in names
+    assert "capeval/demo/builder.py" in names and "capeval/publish.py" in names
+    assert "capeval/testing/assets/shapes-clip/config.json" in names
+    assert not any(n.endswith((".pyc", ".pyi")) for n in names)
+
+
+def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(dists, tmp_path):
+    _, wheel = dists
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv])
+    py = venv / "bin" / "python"
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
+        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    env = {**os.environ, **_OFFLINE, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    env.pop("PYTHONPATH", None)
+    _run(
+        [py, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q", wheel],
+        env=env,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import capeval, evaluate
+        from importlib.metadata import version
+        from capeval.modules import module_path
+        from capeval.testing.shapes import Scene, draw, shapes_clip_path
+        assert capeval.__file__.startswith({str(venv)!r}), capeval.__file__
+        assert version("capeval") == {__version__!r}
+        for name in capeval.METRICS:
+            assert str(module_path(name)).startswith({str(venv)!r}), module_path(name)
+            assert isinstance(capeval.load(name), evaluate.Metric), name
+        image = draw(Scene("red", "circle", "left"))
+        out = capeval.load("clipscore").compute(
+            predictions=["a red circle on the left", "a blue square on the right"],
+            images=[image, image],
+            model=str(shapes_clip_path()),
+        )
+        assert out["scores"][0] > out["scores"][1], out
+        import capeval.demo
+        print("OK", out["signature"])
+        """
+    )
+    done = _run([py, "-c", script], cwd=elsewhere, env=env)
+    assert "OK clipscore|" in done.stdout

@@ -1,0 +1,220 @@
+"""The six Spaces in a real browser: Debian's Chromium driven by Playwright.
+
+Each test starts a Space's own ``spaces/<metric>/app.py`` in this process on 127.0.0.1 with the shapes CLIP
+(``CAPEVAL_DEMO_MODEL``; it also serves as the PAC-S checkpoint, a converted transformers folder), uploads
+an example or clicks one, presses Score and checks the numbers shown: with the shapes CLIP the right
+caption of a drawing must be ranked first. A screenshot of each Space goes to
+``test-output/screenshots/<metric>.png``. The limit tests upload what a hostile visitor would and check
+the message shown. One browser serves all tests.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from capeval.demo import launch
+from capeval.demo.examples import EXAMPLE_SCENES
+from capeval.testing.shapes import caption, shapes_clip_path
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+SCREENSHOTS = REPO / "test-output" / "screenshots"
+TIMEOUT_MS = 180_000  # generous: CI machines are shared; a healthy run takes seconds
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        # A persistent context on a fresh folder: Chromium's own --user-data-dir, as Playwright wants it given.
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 1500},
+        )
+        context.set_default_timeout(TIMEOUT_MS)
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def space(monkeypatch, browser):
+    """Start ``spaces/<metric>/app.py`` on 127.0.0.1 and open it in a new page."""
+    model = str(shapes_clip_path())
+    monkeypatch.setenv("CAPEVAL_DEMO_MODEL", model)
+    monkeypatch.setenv("CAPEVAL_DEMO_CHECKPOINT", model)
+    started = []
+
+    def open_space(metric: str):
+        demo = runpy.run_path(str(REPO / "spaces" / metric / "app.py"), run_name="space")["demo"]
+        _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+        page = browser.new_page()
+        started.append((demo, page))
+        page.goto(url)
+        page.wait_for_selector("#score-button")
+        return page
+
+    yield open_space
+    for demo, page in started:
+        page.close()
+        demo.close()
+
+
+def _screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def _score(page) -> list[tuple[str, float]]:
+    """Press Score and read the ranked table: (caption, score) best first."""
+    page.click("#score-button")
+    page.wait_for_selector("#ranked-scores tr[data-rank='1']")
+    rows = page.locator("#ranked-scores tbody tr")
+    return [(r.get_attribute("data-caption"), float(r.get_attribute("data-score"))) for r in rows.all()]
+
+
+def _click_example(page, row: int = 0) -> None:
+    from playwright.sync_api import expect
+
+    page.locator(f"#examples [data-testid=dataset-cell-{row}-1]").click()
+    expect(page.locator("#captions-input textarea")).not_to_have_value("")
+
+
+def _expect_message(page, text: str) -> None:
+    """The text appears in one of Gradio's error toasts."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("[data-testid=toast-body]").filter(has_text=text)).to_be_visible()
+
+
+def test_clipscore_space_ranks_the_right_caption_of_an_uploaded_example_first(space):
+    page = space("clipscore")
+    # examples/shapes/images/shapes00.png is "a purple triangle at the top" (examples/shapes/candidates.json).
+    page.locator("#image-input input[type=file]").set_input_files(
+        str(REPO / "examples/shapes/images/shapes00.png")
+    )
+    right = "a purple triangle at the top"
+    wrong = ["a purple square at the top", "a green triangle at the top", "a purple triangle on the left"]
+    page.fill("#captions-input textarea", "\n".join([wrong[0], right, *wrong[1:]]))
+    ranked = _score(page)
+    assert ranked[0][0] == right, ranked
+    assert len(ranked) == 4 and all(0 <= s <= 2.5 for _, s in ranked)
+    corpus = page.locator("#corpus-score").inner_text()
+    assert f"{np.mean([s for _, s in ranked]):.4f}" in corpus and "mean over 4 captions" in corpus
+    _screenshot(page, "clipscore")
+
+
+def test_refclipscore_space_ranks_the_right_caption_first_with_references(space):
+    page = space("refclipscore")
+    _click_example(page, 1)
+    ranked = _score(page)
+    assert ranked[0][0] == caption(EXAMPLE_SCENES[1]), ranked
+    assert "CLIP-S" in page.locator("#corpus-score").inner_text()
+    _screenshot(page, "refclipscore")
+
+
+def test_pacscore_space_scores_pac_s_and_refpac_s(space):
+    page = space("pacscore")
+    _click_example(page, 2)
+    ranked = _score(page)
+    assert ranked[0][0] == caption(EXAMPLE_SCENES[2]), ranked
+    assert "RefPAC-S" in page.locator("#corpus-score").inner_text()
+    _screenshot(page, "pacscore")
+
+
+def test_wmd_space_ranks_the_paraphrase_first_and_shows_the_word_flows(space):
+    page = space("wmd")
+    _click_example(page, 0)
+    ranked = _score(page)
+    assert ranked[0][0] == "a man is riding a horse on the beach", ranked
+    flows = page.locator("#flows-table")
+    assert "horse" in flows.inner_text() and "mass moved" in flows.inner_text()
+    page.wait_for_selector("#flows-plot [data-testid=matplotlib] img")
+    _screenshot(page, "wmd")
+
+
+def test_wembsim_space_shows_per_reference_cosines(space):
+    page = space("wembsim")
+    _click_example(page, 1)
+    ranked = _score(page)
+    assert ranked[-1][0] == "a cat sits on a wall", ranked
+    header = page.locator("#ranked-scores thead").inner_text()
+    assert "ref 1" in header and "ref 2" in header
+    page.wait_for_selector("#cosines-plot [data-testid=matplotlib] img")
+    _screenshot(page, "wembsim")
+
+
+def test_emscore_space_ranks_the_right_caption_of_a_clip_first_and_draws_the_heatmap(space):
+    page = space("emscore")
+    _click_example(page, 0)
+    ranked = _score(page)
+    assert ranked[0][0] == caption(EXAMPLE_SCENES[0]), ranked
+    assert "EMScore(X,V,X*)" in page.locator("#corpus-score").inner_text()
+    page.wait_for_selector("#similarity-plot [data-testid=matplotlib] img")
+    _screenshot(page, "emscore")
+
+
+# -- limits, as a visitor meets them ---------------------------------------------------------------
+
+
+def test_an_upload_over_the_size_limit_is_refused_in_the_browser(space, tmp_path):
+    page = space("clipscore")
+    noise = np.random.default_rng(0).integers(0, 256, (1900, 1900, 3), dtype=np.uint8)
+    big = tmp_path / "noise.bmp"
+    Image.fromarray(noise).save(big)  # 10.8 MB > 10 MB
+    page.locator("#image-input input[type=file]").set_input_files(str(big))
+    _expect_message(page, 'exceed the maximum allowed size of 10.0 Mb: "noise.bmp"')
+    _screenshot(page, "limit-upload-size")
+
+
+def test_an_image_over_the_pixel_limit_is_a_message(space, tmp_path):
+    page = space("clipscore")
+    bomb = tmp_path / "bomb.png"
+    Image.new("L", (6000, 6000), 255).save(bomb)  # 36 megapixels in a few kilobytes
+    page.locator("#image-input input[type=file]").set_input_files(str(bomb))
+    page.fill("#captions-input textarea", "a white square")
+    page.click("#score-button")
+    _expect_message(page, "36.0 megapixels")
+    _screenshot(page, "limit-image-pixels")
+
+
+def test_a_video_over_the_length_limit_is_a_message(space, tmp_path):
+    from capeval.video import write_video
+
+    page = space("emscore")
+    long_clip = write_video(tmp_path / "long.mp4", [np.zeros((32, 32, 3), np.uint8)] * 40, fps=1)  # 40 s
+    page.locator("#video-input input[type=file]").set_input_files(str(long_clip))
+    page.fill("#captions-input textarea", "a black screen")
+    page.click("#score-button")
+    _expect_message(page, "at most 30 s")
+    _screenshot(page, "limit-video-length")
+
+
+def test_too_many_captions_is_a_message(space):
+    page = space("wmd")
+    page.fill("#captions-input textarea", "\n".join(f"caption number {i}" for i in range(17)))
+    page.fill("#references-input textarea", "a reference")
+    page.click("#score-button")
+    _expect_message(page, "17 captions given; this demo scores at most 16")

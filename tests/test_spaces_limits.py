@@ -1,0 +1,238 @@
+"""The demos' safety limits and input checks, without a browser (the browser tests drive the same paths).
+
+Covers: upload size, image pixels (decompression bombs refused from the header), video length, caption
+counts and lengths, a bounded queue, no server path and no URL read on behalf of a visitor (through the
+HTTP API too), error messages without server paths or stack traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+
+import gradio as gr
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from capeval.demo import DEFAULT_LIMITS, InputError, Limits, build_demo, get_panel, launch
+from capeval.demo.builder import visitor_message
+from capeval.demo.choices import model_choices, resolve
+from capeval.demo.limits import check_texts, split_lines
+from capeval.demo.uploads import (
+    UploadedImage,
+    check_image_header,
+    check_uploaded_file,
+    check_video_header,
+    upload_folder,
+)
+
+
+@pytest.fixture
+def uploads():
+    """A fresh folder inside Gradio's upload folder, as if files had been uploaded there."""
+    folder = upload_folder() / f"capeval-test-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def demo_model(monkeypatch, tiny_clip_dir):
+    monkeypatch.setenv("CAPEVAL_DEMO_MODEL", str(tiny_clip_dir))
+    return str(tiny_clip_dir)
+
+
+def test_image_over_the_pixel_limit_is_refused_from_its_header(uploads):
+    path = uploads / "huge.png"
+    Image.new("L", (6000, 6000)).save(path)  # 36 megapixels in a few kilobytes
+    assert path.stat().st_size < 200_000
+    with pytest.raises(InputError, match=r"6000x6000 \(36.0 megapixels\).*at most 25 megapixels"):
+        check_image_header(path, DEFAULT_LIMITS)
+    check_image_header(path, Limits(max_image_pixels=40_000_000))
+
+
+def test_a_decompression_bomb_beyond_pils_own_limit_is_refused_not_crashed(uploads):
+    path = uploads / "bomb.png"
+    Image.new("1", (20_000, 20_000)).save(path)  # 400 megapixels: PIL itself raises on open
+    with pytest.raises(InputError, match="megapixels"):
+        check_image_header(path, DEFAULT_LIMITS)
+
+
+def test_uploads_over_the_size_limit_are_refused(uploads):
+    path = uploads / "big.bin"
+    path.write_bytes(b"\0" * 2048)
+    with pytest.raises(InputError, match="is 0.0 MB; this demo accepts at most 0.0 MB"):
+        check_uploaded_file(path, max_bytes=1024, what="image")
+    assert check_uploaded_file(path, max_bytes=4096) == path.resolve()
+
+
+@pytest.mark.parametrize("given", ["/etc/hostname", "/etc/../etc/passwd", "~/.bashrc", "relative/file.png"])
+def test_server_paths_outside_the_upload_folder_are_never_read(given):
+    with pytest.raises(InputError, match="Only uploaded files are read"):
+        check_uploaded_file(given, max_bytes=10**9)
+
+
+def test_a_symlink_in_the_upload_folder_pointing_outside_is_refused(uploads):
+    link = uploads / "innocent.png"
+    link.symlink_to("/etc/hostname")
+    with pytest.raises(InputError, match="Only uploaded files are read"):
+        check_uploaded_file(link, max_bytes=10**9)
+
+
+@pytest.mark.parametrize("given", ["http://169.254.169.254/latest/meta-data", "https://example.com/cat.png"])
+def test_urls_are_refused_without_fetching(given):
+    with pytest.raises(InputError, match="does not fetch URLs"):
+        check_uploaded_file(given, max_bytes=10**9)
+
+
+def test_the_upload_components_refuse_to_download_a_url_into_the_cache(monkeypatch):
+    fetched = []
+
+    async def spy(url, *args, **kwargs):  # Gradio's downloader: must never be reached
+        fetched.append(url)
+
+    monkeypatch.setattr(gr.processing_utils, "async_ssrf_protected_download", spy)
+    component = UploadedImage()
+    with pytest.raises(gr.Error, match="does not fetch URLs"):
+        asyncio.run(component.async_move_resource_to_block_cache("http://example.com/cat.png"))
+    with pytest.raises(gr.Error, match="does not fetch URLs"):
+        component.move_resource_to_block_cache("https://example.com/cat.png")
+    assert fetched == []
+
+
+def _video(path, seconds: int, fps: int = 1, size: int = 32):
+    from capeval.video import write_video
+
+    frame = np.zeros((size, size, 3), dtype=np.uint8)
+    return write_video(path, [frame] * (seconds * fps), fps=fps)
+
+
+def test_videos_over_the_length_limit_are_refused_from_the_container(uploads):
+    assert check_video_header(_video(uploads / "ok.mp4", 5), DEFAULT_LIMITS) == pytest.approx(5, abs=0.2)
+    with pytest.raises(InputError, match=r"40.0 s long; this demo accepts at most 30 s"):
+        check_video_header(_video(uploads / "long.mp4", 40), DEFAULT_LIMITS)
+
+
+def test_a_file_that_is_not_a_video_is_a_message(uploads):
+    path = uploads / "fake.mp4"
+    path.write_bytes(b"not a video at all")
+    with pytest.raises(InputError, match="not a readable video"):
+        check_video_header(path, DEFAULT_LIMITS)
+
+
+def test_caption_counts_and_lengths_are_bounded():
+    limits = Limits(max_captions=2, max_caption_chars=10)
+    assert split_lines("  a\n\n b \n") == ["a", "b"]
+    with pytest.raises(InputError, match="at least one caption"):
+        check_texts([], "caption", 2, limits)
+    with pytest.raises(InputError, match="3 captions given; this demo scores at most 2"):
+        check_texts(["a", "b", "c"], "caption", 2, limits)
+    with pytest.raises(InputError, match="caption 2 has 11 characters"):
+        check_texts(["ok", "x" * 11], "caption", 2, limits)
+    assert check_texts([], "reference", 2, limits, required=False) == []
+
+
+def test_a_visitor_cannot_name_a_model_outside_the_offered_list(demo_model):
+    assert resolve(model_choices(), "configured", "model").spec == demo_model
+    for key in ("/etc", "openai/clip-vit-large-patch14", "../../secret"):
+        with pytest.raises(InputError, match="choose one from the list"):
+            resolve(model_choices(), key, "model")
+
+
+def test_error_messages_keep_file_names_but_not_server_paths():
+    err = ValueError("image 0 ('/tmp/gradio/3f2a/cat.png') is corrupt; see /opt/app/capeval/images.py")
+    assert visitor_message(err) == "image 0 ('cat.png') is corrupt; see images.py"
+
+
+def test_the_queue_is_bounded_and_scoring_runs_one_at_a_time(demo_model):
+    limits = Limits(concurrency=1, queue_size=4)
+    demo = build_demo("clipscore", limits=limits)
+    assert demo._queue.max_size == 4
+    (score,) = [fn for fn in demo.fns.values() if fn.api_name == "score"]
+    assert score.concurrency_limit == 1 and score.concurrency_id == "score"
+
+
+def test_unexpected_failures_show_a_message_not_a_stack_trace(demo_model, monkeypatch, uploads):
+    panel = get_panel("clipscore")
+
+    def broken(**kwargs):
+        raise RuntimeError("secret internals at /srv/app/x.py line 3")
+
+    monkeypatch.setattr(panel, "score", broken)
+    demo = build_demo(panel)
+    (score,) = [fn for fn in demo.fns.values() if fn.api_name == "score"]
+    with pytest.raises(gr.Error) as info:
+        score.fn(None, "a caption", "configured", "A photo depicts", 2.5)
+    assert info.value.message == "Scoring failed unexpectedly; the error was logged on the server."
+
+
+def test_scoring_errors_reach_the_visitor_as_plain_messages(demo_model, uploads):
+    demo = build_demo("clipscore")
+    (score,) = [fn for fn in demo.fns.values() if fn.api_name == "score"]
+    with pytest.raises(gr.Error, match="Upload an image"):
+        score.fn(None, "a caption", "configured", "A photo depicts", 2.5)
+    image = uploads / "x.png"
+    Image.new("RGB", (40, 40)).save(image)
+    with pytest.raises(gr.Error, match="Type at least one caption"):
+        score.fn(str(image), " \n ", "configured", "A photo depicts", 2.5)
+    with pytest.raises(gr.Error, match="w must be between"):
+        score.fn(str(image), "a caption", "configured", "A photo depicts", 1e6)
+
+
+def _call_api(url: str, data: list) -> tuple[str, str]:
+    """Gradio's HTTP API: post a call to ``score`` and read its event stream; (last event, its data)."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        event_id = client.post("gradio_api/call/score", json={"data": data}).json()["event_id"]
+        text = client.get(f"gradio_api/call/score/{event_id}").text
+    events = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("event:")]
+    datas = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("data:")]
+    return events[-1], datas[-1]
+
+
+def test_the_http_api_reads_neither_server_paths_nor_urls(demo_model, monkeypatch):
+    fetched = []
+
+    async def spy(url, *args, **kwargs):
+        fetched.append(url)
+
+    monkeypatch.setattr(gr.processing_utils, "async_ssrf_protected_download", spy)
+    demo = build_demo("clipscore")
+    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        options = ["a caption", "configured", "A photo depicts", 2.5]
+        for path, message in (
+            ("/etc/passwd", None),  # refused by Gradio itself ("not uploaded by a user"), shown as "Error"
+            ("http://169.254.169.254/latest/meta-data/x.png", "This demo does not fetch URLs"),
+        ):
+            payload = {"path": path, "meta": {"_type": "gradio.FileData"}}
+            event, data = _call_api(url, [payload, *options])
+            assert event == "error", (path, data)
+            assert "root:" not in data and "Traceback" not in data
+            if message:
+                assert message in json.loads(data)["error"]
+        assert fetched == []
+        event, data = _call_api(url, [None, *options])
+        assert event == "error"
+        assert json.loads(data)["error"] == "Upload an image (or click an example), then Score."
+    finally:
+        demo.close()
+
+
+def test_the_server_itself_refuses_uploads_over_the_size_limit(demo_model):
+    # The browser checks the size before uploading; a client that skips the browser meets the server's check.
+    demo = build_demo("clipscore")
+    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            small = client.post("gradio_api/upload", files={"files": ("ok.png", b"\x89PNG" + b"\0" * 1000)})
+            assert small.status_code == 200
+            big = b"\0" * (DEFAULT_LIMITS.max_file_size + 1)
+            refused = client.post("gradio_api/upload", files={"files": ("big.png", big)})
+        assert refused.status_code == 413, refused.text
+        assert "maximum allowed size" in refused.text
+    finally:
+        demo.close()
