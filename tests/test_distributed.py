@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import capeval
-from capeval.distributed import build_scorer, score_distributed, sharded_encode_images, sharded_encode_texts
+from capeval.distributed import (
+    SingleProcess,
+    build_scorer,
+    process_state,
+    score_distributed,
+    sharded_encode_images,
+    sharded_encode_texts,
+)
 from capeval.encoding import encode_images, encode_texts
 
 SCRIPT = Path(__file__).with_name("distributed_score_script.py")
@@ -68,20 +75,13 @@ def test_two_cpu_processes_give_the_single_process_scores_exactly(tmp_path, tiny
     assert sum(s["texts"] for s in shares) == len(set(captions))
 
 
-class _OneProcess:
-    """A stand-in for accelerate's state of a run in one process."""
-
-    def __init__(self) -> None:
-        self.process_index, self.num_processes, self.is_main_process, self.backend = 0, 1, True, None
-
-
 def test_one_process_sharded_encoders_equal_the_plain_encoders(tiny_clip_dir):
     backbone = capeval.load_backbone(str(tiny_clip_dir), device="cpu")
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (30, 30, 3), dtype=np.uint8) for _ in range(9)]
     images += images[:3]
     texts = [f"a caption {'long ' * (i % 5)}{i % 7}" for i in range(15)]
-    state = _OneProcess()
+    state = SingleProcess()
     assert sharded_encode_images(backbone, images, 4, state).equal(
         encode_images(backbone, images, batch_size=4)
     )
@@ -116,3 +116,13 @@ def test_options_are_checked_against_the_metric(tiny_clip_dir):
         score_distributed(scorer, ["x"], images=[np.zeros((8, 8, 3), np.uint8)], references=[["y"]])
     with pytest.raises(ValueError, match="unknown metric 'bleu'"):
         build_scorer("bleu")
+
+
+def test_scoring_outside_a_distributed_launch_leaves_no_accelerate_state(tiny_clip_dir):
+    from accelerate import PartialState
+
+    if PartialState._shared_state:
+        pytest.skip("another test of this session already set up accelerate's state")
+    images = [np.zeros((8, 8, 3), np.uint8)]
+    score_distributed("clipscore", ["x"], images=images, model=str(tiny_clip_dir))
+    assert isinstance(process_state(), SingleProcess) and not PartialState._shared_state

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import re
 from collections.abc import Sequence
 from importlib import import_module
@@ -103,8 +104,27 @@ def build_scorer(name: str, **options) -> Any:
     return cls(**options)
 
 
+class SingleProcess:
+    """The state of a run that was not launched distributed: rank 0 of 1, nothing to synchronise.
+
+    Used instead of accelerate's ``PartialState`` so that scoring in an ordinary process leaves no global
+    distributed state behind (a later ``Accelerator`` or ``Trainer`` in the same process chooses freely).
+    """
+
+    process_index = 0
+    local_process_index = 0
+    num_processes = 1
+    is_main_process = True
+    backend = None
+    device = None  # the metric's own default: first GPU if any, else CPU
+
+    def wait_for_everyone(self) -> None:
+        return None
+
+
 def process_state(device: str | torch.device | None = None):
-    """accelerate's ``PartialState`` of this process (one process when not launched distributed).
+    """This process's place in a distributed launch: accelerate's ``PartialState`` under ``torchrun`` /
+    ``accelerate launch`` (or once a Trainer or Accelerator set one up), else ``SingleProcess()``.
 
     On a machine without GPUs, or when ``device`` names the CPU, processes talk over gloo; with GPUs each
     process gets its own (``state.device``) and NCCL.
@@ -113,6 +133,8 @@ def process_state(device: str | torch.device | None = None):
 
     if PartialState._shared_state:  # already set up (by a Trainer, an Accelerator or a previous call)
         return PartialState()
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return SingleProcess()
     cpu = not torch.cuda.is_available() or (device is not None and torch.device(device).type == "cpu")
     return PartialState(cpu=cpu)
 
@@ -339,7 +361,8 @@ def score_distributed(
     """
     state = state or process_state(options.get("device"))
     if isinstance(metric, str):
-        options.setdefault("device", state.device)
+        if state.num_processes > 1:
+            options["device"] = state.device  # one GPU per process
         scorer = build_scorer(metric, **options)
     elif options:
         raise TypeError(
