@@ -29,7 +29,9 @@ def measure(bb, paths: list[str], captions: list[str], args) -> dict[str, float]
     """Medians over ``args.repeats`` of each stage alone and end to end."""
     stages = {
         "img_forward": lambda: tp.forward_images_per_s(bb, args.n_images, args.batch_size),
-        "img_pool": lambda: tp.pool_images_per_s(paths, bb.image_size, bb.device, args.num_workers),
+        "img_pool": lambda: tp.pool_images_per_s(
+            paths, bb.image_size, bb.device, args.batch_size, args.num_workers
+        ),
         "img_e2e": lambda: tp.end_to_end_images_per_s(bb, paths, args.batch_size, args.num_workers),
         "cap_forward": lambda: tp.forward_captions_per_s(bb, captions, args.text_batch_size),
         "cap_tokenize": lambda: tp.tokenize_captions_per_s(bb, captions),

@@ -134,3 +134,19 @@ def test_texts_are_padded_to_the_longest_in_the_batch_not_77(tiny_clip_dir, monk
     encode_texts(bb, ["a dog", "a dog runs", "a b c d e f g h"], batch_size=2)
     # length-sorted: the two short captions share a batch padded to the longer of them
     assert widths == [5, 10]
+
+
+def test_process_readers_give_the_same_embeddings_and_name_bad_images(tiny_clip_dir, monkeypatch, tmp_path):
+    import capeval.encoding as encoding
+
+    bb = load_backbone(str(tiny_clip_dir))
+    rng = np.random.RandomState(2)
+    images = [Image.fromarray(rng.randint(0, 256, (30 + i, 40, 3), dtype=np.uint8)) for i in range(9)]
+    threads = encode_images(bb, images, batch_size=4)
+    monkeypatch.setattr(encoding, "_use_processes", lambda *a: True)
+    processes = encode_images(bb, images, batch_size=4, num_workers=2)
+    torch.testing.assert_close(processes, threads, atol=0, rtol=0)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"image 5 .*bad\.png"):
+        encode_images(bb, images[:5] + [str(bad)] + images[5:], batch_size=4, num_workers=2)

@@ -50,17 +50,20 @@ def tokenize_captions(tokenizer, texts: list[str], context_length: int) -> tuple
         (ids, n_truncated): one id list per text, none longer than ``context_length``; how many were cut.
     """
     cleaned = [clean_caption(t) for t in texts]
-    encoded = tokenizer(cleaned, add_special_tokens=True, truncation=False, padding=False, verbose=False)[
-        "input_ids"
-    ]
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and backend.truncation is None and backend.padding is None:
+        # The Rust tokenizer directly: the same ids (special tokens come from its post-processor), without
+        # the per-caption Python objects transformers builds around them.
+        encoded = [e.ids for e in backend.encode_batch(cleaned, add_special_tokens=True)]
+    else:
+        encoded = tokenizer(cleaned, add_special_tokens=True, truncation=False, padding=False, verbose=False)
+        encoded = [list(ids) for ids in encoded["input_ids"]]
     eos = tokenizer.eos_token_id
     n_truncated = 0
-    out = []
-    for ids in encoded:
-        ids = list(ids)
+    for row, ids in enumerate(encoded):
         if len(ids) > context_length:
             ids = ids[:context_length]
             ids[-1] = eos
+            encoded[row] = ids
             n_truncated += 1
-        out.append(ids)
-    return out, n_truncated
+    return encoded, n_truncated

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from capeval.backbones import Backbone
-from capeval.encoding import _default_workers, encode_images, encode_texts, tokenize_unique
-from capeval.images import preprocess_image
+from capeval.encoding import (
+    _default_workers,
+    _process_batches,
+    _thread_batches,
+    _use_processes,
+    encode_images,
+    encode_texts,
+    tokenize_unique,
+)
 from capeval.perf.workload import _caption, draw_photo_like
 
 
@@ -52,14 +58,14 @@ def _sync(bb: Backbone) -> None:
 
 
 def pool_images_per_s(
-    paths: list[str], size: int, device: torch.device, num_workers: int | None = None
+    paths: list[str], size: int, device: torch.device, batch_size: int, num_workers: int | None = None
 ) -> float:
-    """Decode + pre-process throughput of the worker pool with no model."""
+    """Decode + pre-process throughput of the reader ``encode_images`` would use, with no model."""
     workers = num_workers or _default_workers(device)
+    read = _process_batches if _use_processes(device, len(paths), batch_size, workers) else _thread_batches
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for _ in pool.map(lambda a: preprocess_image(a[1], a[0], size), enumerate(paths), chunksize=16):
-            pass
+    for _ in read(paths, list(range(len(paths))), size, batch_size, workers, device.type == "cuda"):
+        pass
     return len(paths) / (time.perf_counter() - start)
 
 
