@@ -107,6 +107,7 @@ def _expect_message(page, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("[data-testid=toast-body]").filter(has_text=text)).to_be_visible()
+    page.wait_for_timeout(400)  # let the toast finish sliding in before a screenshot
 
 
 def test_clipscore_space_ranks_the_right_caption_of_an_uploaded_example_first(space):

@@ -8,6 +8,7 @@ the best caption with every sampled frame: the similarities EMScore's fine-grain
 from __future__ import annotations
 
 import gradio as gr
+import numpy as np
 
 from capeval.demo.builder import Panel, Scored
 from capeval.demo.choices import model_choices, resolve
@@ -35,6 +36,20 @@ def token_labels(tokenizer, ids) -> list[str]:
         else:
             labels.append(tok.replace("</w>", ""))
     return labels
+
+
+def token_frame_similarity(scorer, clip, text: str) -> tuple[list[str], np.ndarray]:
+    """Token labels and the (tokens, frames) cosines of ``text`` with the sampled frames of ``clip``.
+
+    The same embeddings EMScore's fine-grained matching compares: CLIP token embeddings from start- to
+    end-of-text (no prompt) and the frames sampled by the scorer's ``num_frames``.
+    """
+    from capeval.encoding import encode_text_tokens
+
+    frames = scorer.frame_embeddings([clip], None, 1)[0]
+    _, tokens, ids = encode_text_tokens(scorer.backbone, [text], prefix=None)
+    sim = (tokens[0].float() @ frames.float().T).numpy()
+    return token_labels(scorer.backbone.tokenizer, ids[0]), sim
 
 
 class EMScorePanel(Panel):
@@ -135,10 +150,7 @@ class EMScorePanel(Panel):
     def score(
         self, video=None, frames=None, captions="", references="", model=None, num_frames=16, idf=True
     ) -> Scored:
-        import torch
-
         from capeval.emscore import EMScore
-        from capeval.encoding import encode_text_tokens
 
         clip = self._video_input(video, frames)
         cands = check_texts(split_lines(captions), "caption", self.limits.max_captions, self.limits)
@@ -161,12 +173,10 @@ class EMScorePanel(Panel):
         plot = None
         if clip is not None:
             best = max(range(n), key=lambda i: result["scores"][i])
-            frames_emb = scorer.frame_embeddings([clip], None, 1)[0]
-            _, tokens, ids = encode_text_tokens(scorer.backbone, [cands[best]], prefix=None)
-            sim = (tokens[0] @ frames_emb.T).to(torch.float32).numpy()
+            labels, sim = token_frame_similarity(scorer, clip, cands[best])
             plot = heatmap(
                 sim,
-                token_labels(scorer.backbone.tokenizer, ids[0]),
+                labels,
                 [f"f{k + 1}" for k in range(sim.shape[1])],
                 f"Cosine of each token with each frame: {cands[best][:60]}",
                 "sampled frames",
