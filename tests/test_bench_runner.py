@@ -359,3 +359,18 @@ def test_report_statistics_give_intervals_williams_tests_and_forward_selection(t
         )
         is None
     )
+
+
+def test_emscore_reference_only_variant_runs_on_vatex_eval_without_videos(tmp_path, tiny_clip_dir):
+    run = run_benchmark(
+        "vatex_eval",
+        ["emscore"],
+        data_dir=FIX,
+        cache=ScoreCache(tmp_path),
+        metric_options={"model": str(tiny_clip_dir), "device": "cpu"},
+        progress=False,
+    )
+    out = run.outcomes["emscore"]
+    assert out.skipped is None, out.skipped
+    assert set(out.values) == {"kendall_1ref", "spearman_1ref", "kendall_9ref", "spearman_9ref"}
+    assert out.signature.startswith("emscore|")

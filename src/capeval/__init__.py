@@ -44,6 +44,7 @@ def __getattr__(name: str):
         "signature",
         "validation",
         "testing",
+        "bench",
     }:
         return import_module(f"capeval.{name}")
     raise AttributeError(f"module 'capeval' has no attribute {name!r}")

@@ -300,7 +300,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             _eval_rating,
             [("kendall_b", "τb"), ("kendall_c", "τc")],
             "Hessel et al. 2021, Table 1; Sarto et al. 2023, Table 1",
-            ["rating: fraction of 'yes'; each judged caption removed from its image's references"],
+            [
+                "rating: fraction of 'yes'; each judged caption removed from its image's references",
+                "the published values used the full CrowdFlower file (about 47,830 rows): a partial copy gives "
+                "slightly different numbers",
+            ],
         ),
         Benchmark(
             "composite",

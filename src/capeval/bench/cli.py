@@ -204,6 +204,10 @@ def _cmd_published(args: argparse.Namespace) -> int:
 
     src = sources()
     rows = published_values(args.benchmark)
+    if not rows:
+        print(
+            f"no published values recorded for {args.benchmark or 'any benchmark'} in capeval/bench/published.json"
+        )
     for p in rows:
         print(f"{p.benchmark:16} {p.column:12} {p.metric:13} {p.value:8.3f}  [{p.source}]")
     for key in sorted({p.source for p in rows}):

@@ -9,7 +9,7 @@ Names understood by :func:`resolve_metric` (and the ``--metrics`` option of ``ca
 
 - baselines: ``bleu1`` .. ``bleu4``, ``meteor``, ``rougeL``, ``cider``, ``spice`` (pycocoevalcap), ``length``;
 - capeval metrics: ``wmd``, ``wembsim`` (text only), ``clipscore``, ``refclipscore``, ``pacscore``,
-  ``refpacscore`` (need images; PAC-S also its checkpoint);
+  ``refpacscore`` (need images; PAC-S also its checkpoint), ``emscore`` (EMScore(X,X*), references only);
 - groups: ``baselines`` (BLEU-1, BLEU-4, METEOR, ROUGE-L, CIDEr, SPICE), ``text`` (WMD, WEmbSim),
   ``image`` (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S);
 - ``package.module:attribute``: a user callable, or a class / factory returning one.
@@ -196,7 +196,17 @@ CAPEVAL_METRICS = {
         "refpacscore_scores",
         ("checkpoint", "model", "device", "dtype", "batch_size"),
     ),
+    # The reference-only variant: VATEX-EVAL without videos. IDF comes from the call's references.
+    "emscore": (
+        "EMScore",
+        "EMScore(X,X*)",
+        True,
+        False,
+        "scores",
+        ("checkpoint", "model", "device", "dtype", "batch_size"),
+    ),
 }
+CORPUS_LEVEL = {"emscore"}
 
 
 def _capeval_metric(key: str, **options) -> BenchMetric:
@@ -241,6 +251,7 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
         uses_references=uses_refs,
         uses_images=uses_images,
         score_key=score_key,
+        corpus_level=key in CORPUS_LEVEL,
         unavailable=unavailable,
         signature=f"{key}|unavailable" if unavailable else None,
     )

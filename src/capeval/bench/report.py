@@ -78,7 +78,7 @@ def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if bench.kind == "pairwise":
         cols = [c for c, _ in bench.columns]
-        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(cols) * max(1, len(metrics)) / 3, 3.2))
+        fig, ax = plt.subplots(figsize=(min(12.0, 2.0 + 0.25 * len(cols) * len(metrics)), 3.4))
         width = 0.8 / len(metrics)
         for j, key in enumerate(metrics):
             vals = [run.outcomes[key].values.get(c, np.nan) for c in cols]
@@ -87,7 +87,7 @@ def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
         ax.set_ylabel("accuracy (%)")
         ax.set_ylim(0, 100)
         ax.axhline(50, color="grey", lw=0.8, ls="--")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_title(f"{bench.title}: pairwise accuracy")
     else:
         human = np.array([float(np.mean(h)) for h in run.dataset["human_scores"]])
@@ -98,7 +98,7 @@ def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
             labels = [f"{(edges[i] + edges[i + 1]) / 2:.2g}" for i in range(len(edges) - 1)]
         else:
             bins = np.searchsorted(levels, human)
-            labels = [f"{v:.3g}" for v in levels]
+            labels = [f"{v:.2g}" for v in levels]
         n = len(metrics)
         ncols = min(3, n)
         nrows = (n + ncols - 1) // ncols
@@ -109,11 +109,13 @@ def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
             s = per_setting[setting]
             groups = [s[bins == b] for b in range(len(labels))]
             ax.boxplot([g if len(g) else [np.nan] for g in groups], showfliers=False)
-            ax.set_xticks(range(1, len(labels) + 1), labels)
+            ax.set_xticks(
+                range(1, len(labels) + 1), labels, fontsize=7, rotation=45 if len(labels) > 6 else 0
+            )
             ax.set_title(
                 f"{run.outcomes[key].name}" + ("" if setting == "default" else f" ({setting})"), fontsize=9
             )
-            ax.set_xlabel("human rating")
+            ax.set_xlabel("human rating (mean per item)")
             ax.set_ylabel("score")
         for ax in axes.ravel()[n:]:
             ax.axis("off")
