@@ -186,8 +186,10 @@ def test_scoring_errors_reach_the_visitor_as_plain_messages(demo_model, uploads)
 def _call_api(url: str, data: list) -> tuple[str, str]:
     """Gradio's HTTP API: post a call to ``score`` and read its event stream; (last event, its data)."""
     with httpx.Client(base_url=url, timeout=60) as client:
-        event_id = client.post("gradio_api/call/score", json={"data": data}).json()["event_id"]
-        text = client.get(f"gradio_api/call/score/{event_id}").text
+        posted = client.post("gradio_api/call/score", json={"data": data})
+        if "event_id" not in posted.json():  # refused before queueing (e.g. the queue is full)
+            return "refused", posted.text
+        text = client.get(f"gradio_api/call/score/{posted.json()['event_id']}").text
     events = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("event:")]
     datas = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("data:")]
     return events[-1], datas[-1]
@@ -236,3 +238,43 @@ def test_the_server_itself_refuses_uploads_over_the_size_limit(demo_model):
         assert "maximum allowed size" in refused.text
     finally:
         demo.close()
+
+
+def test_scoring_runs_one_at_a_time_and_a_full_queue_refuses_more(demo_model, monkeypatch):
+    import threading
+    import time
+
+    from capeval.demo.builder import Scored
+    from capeval.demo.render import Row
+
+    panel = get_panel("clipscore", Limits(concurrency=1, queue_size=1))
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def slow(**kwargs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(1.5)
+        with lock:
+            running[0] -= 1
+        return Scored(rows=[Row("a caption", 1.0)], corpus=1.0)
+
+    monkeypatch.setattr(panel, "score", slow)
+    demo = build_demo(panel, limits=panel.limits)
+    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    outcomes: list[tuple[str, str]] = []
+    try:
+        args = [None, "a caption", "configured", "A photo depicts", 2.5]
+        threads = [threading.Thread(target=lambda: outcomes.append(_call_api(url, args))) for _ in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        demo.close()
+    assert peak[0] == 1
+    events = [event for event, _ in outcomes]
+    assert len(events) == 4 and events.count("complete") >= 2, outcomes  # one running, one waiting
+    refused = [data for event, data in outcomes if event != "complete"]
+    assert refused and all("Queue is full" in d for d in refused), outcomes
