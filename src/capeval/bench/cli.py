@@ -110,6 +110,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from capeval.bench.report import markdown_table, write_report
     from capeval.bench.runner import run_benchmark
 
+    if args.no_progress:
+        import datasets
+
+        datasets.disable_progress_bars()
     names = list(BENCHMARKS) if args.benchmarks in (["all"], []) else args.benchmarks
     benches = [get_benchmark(n) for n in names]
     explicit = args.benchmarks not in (["all"], [])
