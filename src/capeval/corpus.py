@@ -29,427 +29,47 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from capeval.embedding_cache import (
-    EmbeddingCache,
-    content_hash,
-    hash_text,
-    image_namespace,
-    text_namespace,
+from capeval.corpus_sources import (
+    Columns,
+    DatasetSource,
+    ImageFolderSource,
+    Item,
+    JsonlSource,
+    Source,
+    open_source,
+    to_item,
 )
+from capeval.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
+
+__all__ = [
+    "CorpusResult",
+    "DatasetSource",
+    "ImageFolderSource",
+    "JsonlSource",
+    "Source",
+    "open_source",
+    "score_corpus",
+]
 
 CHUNK_SIZE = 1024  # rows per part: the unit of resumption and of memory use
 IMAGE_METRICS = ("clipscore", "refclipscore", "pacscore")
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
 FORMAT = 1
 
 
-# -- sources -----------------------------------------------------------------------------------------------
-class Source:
-    """Rows of a corpus in a fixed order, read lazily.
-
-    ``parts(chunk_size, wanted)`` yields ``(part, rows)`` for every part, where ``rows`` is the list of
-    ``(index, row)`` pairs when ``wanted(part)`` and ``None`` otherwise (those rows are skipped without being
-    parsed); the last part yielded is the first with fewer than ``chunk_size`` rows (possibly none).
-    """
-
-    description: dict
-    total: int | None = None
-
-    def iter_rows(self) -> Iterator[tuple[bool, Any]]:
-        """``(raw, row)`` pairs; ``raw`` rows are parsed by ``parse`` only when their part is wanted."""
-        raise NotImplementedError
-
-    def parse(self, raw: Any, index: int) -> dict:
-        return raw
-
-    def count(self) -> int | None:
-        """Rows in the source, when it can tell (for the progress bar's ETA)."""
-        return self.total
-
-    def parts(self, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list | None, int]]:
-        part, start, count, rows = 0, 0, 0, [] if wanted(0) else None
-        for raw in self.iter_rows():
-            if rows is not None:
-                rows.append((start + count, self.parse(raw, start + count)))
-            count += 1
-            if count == chunk_size:
-                yield part, rows, count
-                part, start, count = part + 1, start + chunk_size, 0
-                rows = [] if wanted(part) else None
-        yield part, rows, count
-
-
-class JsonlSource(Source):
-    """One JSON object per line (blank lines ignored); image paths relative to the file's folder."""
-
-    def __init__(self, files: Sequence[Path]) -> None:
-        if not files:
-            raise ValueError("no .jsonl file to read")
-        self.files = [Path(f) for f in files]
-        self.description = {
-            "kind": "jsonl",
-            "files": [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in self.files],
-        }
-        self.total = None
-
-    def count(self) -> int:
-        n = 0
-        for f in self.files:
-            with open(f, "rb") as fh:
-                n += sum(1 for line in fh if line.strip())
-        return n
-
-    def iter_rows(self):
-        for f in self.files:
-            with open(f, "rb") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if line.strip():
-                        yield (f, lineno, line)
-
-    def parse(self, raw, index: int) -> dict:
-        f, lineno, line = raw
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            return {"__error__": f"{f.name} line {lineno} is not valid JSON: {err}"}
-        if not isinstance(row, dict):
-            return {"__error__": f"{f.name} line {lineno} is not a JSON object"}
-        row["__base__"] = str(f.parent)
-        return row
-
-
-def _sorted_walk(folder: Path) -> Iterator[Path]:
-    # One directory listing in memory at a time, in a stable order.
-    entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    for entry in entries:
-        if entry.is_dir():
-            yield from _sorted_walk(Path(entry.path))
-        elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
-            yield Path(entry.path)
-
-
-class ImageFolderSource(Source):
-    """Image files (any depth, sorted by path) each with a same-named ``.txt`` caption beside it."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
-        self.total = None
-        self.description = {"kind": "image_folder", "folder": str(self.folder.resolve())}
-
-    def count(self) -> int:
-        return sum(1 for _ in _sorted_walk(self.folder))
-
-    def iter_rows(self):
-        return _sorted_walk(self.folder)
-
-    def parse(self, path: Path, index: int) -> dict:
-        row: dict[str, Any] = {"id": str(path.relative_to(self.folder).with_suffix("")), "image": str(path)}
-        text = path.with_suffix(".txt")
-        try:
-            row["caption"] = text.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            row["__error__"] = f"no caption file {text.name} beside {path.name}"
-        return row
-
-
-class DatasetSource(Source):
-    """A ``datasets.Dataset`` (read by slices) or ``IterableDataset`` (streamed); images kept undecoded."""
-
-    def __init__(self, dataset, image_column: str) -> None:
-        import datasets
-
-        features = getattr(dataset, "features", None) or {}
-        if isinstance(features.get(image_column), datasets.Image):
-            # Bytes and paths are hashed as they are; pixels are decoded only for images not in the cache.
-            dataset = dataset.cast_column(image_column, datasets.Image(decode=False))
-        self.dataset = dataset
-        self.random_access = isinstance(dataset, datasets.Dataset)
-        fingerprint = getattr(dataset, "_fingerprint", None)
-        self.total = len(dataset) if self.random_access else None
-        if not self.random_access:
-            info = getattr(dataset, "info", None)
-            splits = getattr(info, "splits", None)
-            split = getattr(dataset, "split", None)
-            if splits and split in splits and splits[split].num_examples:
-                self.total = int(splits[split].num_examples)
-        info = getattr(dataset, "info", None)
-        self.description = {
-            "kind": "datasets",
-            "name": getattr(info, "dataset_name", None),
-            "config": getattr(info, "config_name", None),
-            "split": str(getattr(dataset, "split", None)),
-            "fingerprint": fingerprint,
-            "rows": self.total,
-        }
-
-    def iter_rows(self):
-        return iter(self.dataset)
-
-    def parts(self, chunk_size, wanted):
-        if not self.random_access:
-            yield from super().parts(chunk_size, wanted)
-            return
-        n = len(self.dataset)
-        part = 0
-        while True:
-            start = part * chunk_size
-            stop = min(n, start + chunk_size)
-            count = max(0, stop - start)
-            rows = None
-            if wanted(part) and count:
-                block = self.dataset[start:stop]
-                rows = [(start + k, {c: block[c][k] for c in block}) for k in range(count)]
-            elif wanted(part):
-                rows = []
-            yield part, rows, count
-            if count < chunk_size:
-                return
-            part += 1
-
-
-def open_source(source: Any, image_column: str = "image", split: str | None = None) -> Source:
-    """A ``Source`` for a path (JSONL file, folder of JSONL, image folder, ``save_to_disk`` folder), a
-    ``datasets`` dataset, or a dataset name for ``datasets.load_dataset(name, split=..., streaming=True)``."""
-    if isinstance(source, Source):
-        return source
-    try:
-        import datasets
-
-        if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
-            return DatasetSource(source, image_column)
-        if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
-            if split is None:
-                raise ValueError(f"the dataset has splits {list(source)}: choose one (split=...)")
-            return DatasetSource(source[split], image_column)
-    except ImportError:  # pragma: no cover - datasets is a dependency
-        pass
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"corpus source must be a path or a datasets dataset, got {type(source).__name__}")
-    path = Path(os.path.expanduser(os.fspath(source)))
-    if path.is_file():
-        if path.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
-            raise ValueError(f"{path}: a corpus file must be JSONL (one JSON object per line)")
-        return JsonlSource([path])
-    if path.is_dir():
-        if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-            import datasets
-
-            return open_source(datasets.load_from_disk(str(path)), image_column, split)
-        jsonl = sorted(p for p in path.iterdir() if p.suffix.lower() in (".jsonl", ".ndjson"))
-        if jsonl:
-            return JsonlSource(jsonl)
-        return ImageFolderSource(path)
-    if isinstance(source, str) and not source.startswith((".", "/", "~")):
-        import datasets
-
-        return DatasetSource(
-            datasets.load_dataset(source, split=split or "train", streaming=True), image_column
-        )
-    raise ValueError(f"corpus source not found: {path}")
-
-
-# -- rows to model inputs ------------------------------------------------------------------------------------
-_DROP = object()
-
-
-def _json_safe(value: Any) -> Any:
-    """Row fields as JSON: image bytes and decoded pictures are replaced by their path, or left out."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        if set(value) == {"bytes", "path"}:  # a datasets Image value
-            return value["path"] if value["path"] else _DROP
-        safe = {k: _json_safe(v) for k, v in value.items()}
-        return {k: v for k, v in safe.items() if v is not _DROP}
-    if isinstance(value, (list, tuple)):
-        return [v for v in (_json_safe(x) for x in value) if v is not _DROP]
-    if isinstance(value, np.generic):
-        return value.item()
-    return _DROP
-
-
-def _resolve_image(value: Any, base: str | None) -> Any:
-    if isinstance(value, str) and base and not os.path.isabs(os.path.expanduser(value)):
-        return os.path.join(base, value)
-    if isinstance(value, dict) and value.get("bytes") is None and value.get("path") and base:
-        if not os.path.isabs(value["path"]):
-            return {"bytes": None, "path": os.path.join(base, value["path"])}
-    return value
-
-
 @dataclass
-class _Columns:
-    caption: str
-    image: str
-    references: str | None
-    id: str | None
+class RunCounters:
+    """Rows and parts this invocation scored, and the parts it found done."""
 
-
-@dataclass
-class _Item:
-    index: int
-    id: Any
-    caption: str | None = None
-    image: Any = None
-    references: list[str] | None = None
-    error: str | None = None
-    content: bytes | None = None
-    row: dict | None = None
-
-
-def _to_item(index: int, row: dict, columns: _Columns, needs_refs: bool) -> _Item:
-    base = row.pop("__base__", None)
-    item = _Item(index=index, id=row.get(columns.id) if columns.id else None)
-    item.row = _json_safe({k: v for k, v in row.items() if k != "__error__"})
-    if "__error__" in row:
-        item.error = row["__error__"]
-        return item
-    caption = row.get(columns.caption)
-    if not isinstance(caption, str) or not caption.strip():
-        item.error = f"caption ({columns.caption!r}) is missing or empty"
-        return item
-    item.caption = caption
-    image = row.get(columns.image)
-    if image is None:
-        item.error = f"no image ({columns.image!r})"
-        return item
-    item.image = _resolve_image(image, base)
-    if columns.references is not None:
-        refs = row.get(columns.references)
-        refs = [refs] if isinstance(refs, str) else refs
-        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
-            if needs_refs:
-                item.error = (
-                    f"references ({columns.references!r}) must be a non-empty list of non-empty strings"
-                )
-                return item
-        else:
-            item.references = list(refs)
-    elif needs_refs:
-        item.error = "this metric needs references: give references_column"
-    return item
-
-
-# -- encoding with the cache ----------------------------------------------------------------------------------
-@dataclass
-class Counters:
     rows: int = 0
     parts: int = 0
     parts_skipped: int = 0
-    images_encoded: int = 0
-    image_cache_hits: int = 0
-    texts_encoded: int = 0
-    text_cache_hits: int = 0
-
-
-class _CachedEncoder:
-    """Embeddings of a part's images and captions: from the cache, else encoded in deterministic batches."""
-
-    def __init__(self, scorer, cache: EmbeddingCache, batch_size: int, workers: int, counters: Counters):
-        from capeval.encoding import encode_images, encode_texts
-        from capeval.images import preprocess_image
-
-        self.scorer = scorer
-        self.backbone = scorer.backbone
-        self.cache = cache
-        self.batch_size = batch_size
-        self.pool = ThreadPoolExecutor(max_workers=workers)
-        self.counters = counters
-        self.ns_image = cache.namespace(image_namespace(self.backbone))
-        self.ns_text = cache.namespace(text_namespace(self.backbone, scorer.prefix))
-        self._encode_images, self._encode_texts, self._preprocess = (
-            encode_images,
-            encode_texts,
-            preprocess_image,
-        )
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def hash_images(self, items: list[_Item]) -> None:
-        def one(item: _Item):
-            try:
-                return content_hash(item.image), None
-            except (OSError, ValueError, TypeError) as err:
-                reason = getattr(err, "strerror", None) or str(err)
-                return None, f"image {item.image!r} cannot be read: {reason}" if isinstance(
-                    item.image, str
-                ) else str(err)
-
-        for item, (content, error) in zip(items, self.pool.map(one, items), strict=True):
-            item.content, item.error = content, error
-
-    def _prepare(self, image, index: int):
-        try:
-            return self._preprocess(image, index, self.backbone.image_size), None
-        except (ValueError, TypeError, OSError) as err:
-            return None, str(err).replace(f"image {index}", "image", 1)
-
-    def image_vectors(self, items: list[_Item]) -> dict[bytes, torch.Tensor | str]:
-        first: dict[bytes, _Item] = {}
-        for item in items:
-            first.setdefault(item.content, item)
-        found = self.cache.get_many(self.ns_image, first)
-        self.counters.image_cache_hits += len(found)
-        missing = [c for c in first if c not in found]
-        batches = [missing[s : s + self.batch_size] for s in range(0, len(missing), self.batch_size)]
-
-        def submit(batch):
-            return [self.pool.submit(self._prepare, first[c].image, first[c].index) for c in batch]
-
-        ahead = submit(batches[0]) if batches else []
-        for k, batch in enumerate(batches):
-            current = ahead
-            ahead = submit(batches[k + 1]) if k + 1 < len(batches) else []
-            prepared = [f.result() for f in current]
-            good = [(c, arr) for c, (arr, err) in zip(batch, prepared, strict=True) if err is None]
-            bad = [(c, err) for c, (arr, err) in zip(batch, prepared, strict=True) if err is not None]
-            if good:
-                emb = self._encode_images(
-                    self.backbone,
-                    [arr for _, arr in good],
-                    batch_size=len(good),
-                    num_workers=1,
-                    progress=False,
-                )
-                self.cache.put_many(self.ns_image, [c for c, _ in good], emb)
-                found.update({c: emb[i] for i, (c, _) in enumerate(good)})
-                self.counters.images_encoded += len(good)
-            if bad:
-                # Undecodable bytes stay undecodable: remembered, so a rerun reports them without reading.
-                self.cache.put_many(self.ns_image, [c for c, _ in bad], errors=[e for _, e in bad])
-                found.update(dict(bad))
-        return found
-
-    def text_vectors(self, texts: list[str]) -> dict[bytes, torch.Tensor]:
-        first: dict[bytes, str] = {}
-        for t in texts:
-            first.setdefault(hash_text(t), t)
-        found = self.cache.get_many(self.ns_text, first)
-        self.counters.text_cache_hits += len(found)
-        missing = [c for c in first if c not in found]
-        for s in range(0, len(missing), self.batch_size):
-            batch = missing[s : s + self.batch_size]
-            emb = self._encode_texts(
-                self.backbone,
-                [first[c] for c in batch],
-                prefix=self.scorer.prefix,
-                batch_size=len(batch),
-                progress=False,
-            )
-            self.cache.put_many(self.ns_text, batch, emb)
-            found.update({c: emb[i] for i, c in enumerate(batch)})
-            self.counters.texts_encoded += len(batch)
-        return found
 
 
 def _per_row_fields(name: str, result: Mapping[str, Any], n: int) -> dict[str, list]:
@@ -461,12 +81,13 @@ def _per_row_fields(name: str, result: Mapping[str, Any], n: int) -> dict[str, l
     return fields
 
 
-def _score_part(scorer, encoder: _CachedEncoder, items: list[_Item], name: str) -> None:
+def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) -> None:
     """Fill each item's scores (``item.row`` gets them under ``__scores__``) or its error."""
     live = [it for it in items if it.error is None]
-    encoder.hash_images(live)
+    for it, (content, error) in zip(live, encoder.hash_images([it.image for it in live]), strict=True):
+        it.content, it.error = content, error
     live = [it for it in live if it.error is None]
-    images = encoder.image_vectors(live)
+    images = encoder.image_vectors([(it.content, it.image) for it in live])
     for it in live:
         if isinstance(images[it.content], str):
             it.error = images[it.content]
@@ -475,6 +96,7 @@ def _score_part(scorer, encoder: _CachedEncoder, items: list[_Item], name: str) 
         return
     texts = [it.caption for it in live] + [r for it in live for r in (it.references or [])]
     vectors = encoder.text_vectors(texts)
+    # The metric's own maths, fed the cached embeddings: its encoders are swapped for look-ups.
     clone = copy.copy(scorer)
     clone.image_embeddings = lambda imgs, embeds, n: torch.stack([images[c] for c in imgs])
     clone.text_embeddings = lambda txts: torch.stack([vectors[hash_text(t)] for t in txts])
@@ -503,15 +125,7 @@ def _part_path(output: Path, part: int) -> Path:
     return output / "parts" / f"part-{part:08d}.jsonl"
 
 
-def _read_part_header(path: Path) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.loads(fh.readline())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _write_part(output: Path, part: int, start: int, count: int, last: bool, items: list[_Item]) -> None:
+def _write_part(output: Path, part: int, start: int, count: int, last: bool, items: list[Item]) -> None:
     def write(fh):
         fh.write(json.dumps({"part": part, "start": start, "rows": count, "last": last}) + "\n")
         for it in items:
@@ -680,7 +294,7 @@ def score_corpus(
     scorer = build_scorer(metric, **options)
     batch_size = scorer.batch_size
     src = open_source(source, image_column, split)
-    columns = _Columns(caption_column, image_column, references_column, id_column)
+    columns = Columns(caption_column, image_column, references_column, id_column)
     needs_refs = metric == "refclipscore"
     manifest = {
         "format": FORMAT,
@@ -707,10 +321,10 @@ def score_corpus(
     state.wait_for_everyone()
 
     total = src.count() if state.is_main_process else None  # for the progress bar's ETA only
-    counters = Counters()
+    counters = RunCounters()
     workers = num_workers or max(1, min(8, os.cpu_count() or 1))
     store = EmbeddingCache(cache or output / "embeddings.sqlite")
-    encoder = _CachedEncoder(scorer, store, batch_size, workers, counters)
+    encoder = CachedEncoder(scorer.backbone, scorer.prefix, store, batch_size, workers)
     rank, world = state.process_index, state.num_processes
 
     def mine(part: int) -> bool:
@@ -739,7 +353,7 @@ def score_corpus(
                 if part % world == rank:
                     counters.parts_skipped += 1
                 continue
-            items = [_to_item(index, row, columns, needs_refs) for index, row in rows]
+            items = [to_item(index, row, columns, needs_refs) for index, row in rows]
             _score_part(scorer, encoder, items, metric)
             _write_part(output, part, part * chunk_size, count, count < chunk_size, items)
             counters.parts += 1
@@ -770,6 +384,7 @@ def score_corpus(
                 "threshold_key": threshold_key if threshold is not None else None,
                 "this_run": {
                     **counters.__dict__,
+                    **encoder.counters.__dict__,
                     "seconds": round(time.time() - started, 3),
                     "processes": world,
                 },
