@@ -278,3 +278,10 @@ def test_scoring_runs_one_at_a_time_and_a_full_queue_refuses_more(demo_model, mo
     assert len(events) == 4 and events.count("complete") >= 2, outcomes  # one running, one waiting
     refused = [data for event, data in outcomes if event != "complete"]
     assert refused and all("Queue is full" in d for d in refused), outcomes
+
+
+def test_typed_text_is_shown_escaped_never_as_html():
+    from capeval.demo.render import Row, ranked_table
+
+    html = ranked_table([Row('<img src=x onerror="alert(1)">', 0.5)], "CLIP-S", 1.0)
+    assert "<img src=x" not in html and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
