@@ -10,10 +10,16 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # torchvision, which has no build for the CPU torch used here.
 "${PIP[@]}" --no-deps -c constraints.txt "openai-clip==1.0.1"
 
-# Debian's Chromium and ChromeDriver for the browser tests of the Spaces.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+# Debian's Chromium and ChromeDriver for the browser tests of the Spaces, and a Java runtime for the
+# pycocoevalcap baselines (PTB tokenizer, METEOR) of the benchmark tests.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 .venv/bin/ruff check .
