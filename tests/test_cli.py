@@ -95,3 +95,27 @@ def test_the_console_script_runs(example, tiny_clip_dir):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("CLIPScore: ")
+
+
+def test_checkpoint_scores_pac_s_and_ref_pac_s(example, tiny_clip_dir, capsys):
+    root, cands, refs = example
+    out = root / "pacs.json"
+    rc = main(
+        [
+            "score", str(root / "cands.json"), str(root / "images"), "--references-json", str(root / "refs.json"),
+            "--checkpoint", str(tiny_clip_dir), "--save-per-instance", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    ids = sorted(cands)
+    api = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
+        [cands[i] for i in ids],
+        references=[refs[i] for i in ids],
+        images=[str(root / "images" / f"{i}.png") for i in ids],
+    )
+    per = json.loads(out.read_text())
+    assert [per[i]["PAC-S"] for i in ids] == pytest.approx(api["scores"], abs=1e-6)
+    assert [per[i]["RefPAC-S"] for i in ids] == pytest.approx(api["refpacscore_scores"], abs=1e-6)
+    printed = capsys.readouterr().out
+    assert f"PAC-S: {api['pacscore']:.4f}" in printed and "RefPAC-S: " in printed
+    assert "signature: pacscore|" in printed

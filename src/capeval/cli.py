@@ -102,7 +102,10 @@ def _score_command(args: argparse.Namespace) -> int:
     if args.w is not None:
         options["w"] = args.w
     if args.checkpoint:
-        options["checkpoint"] = args.checkpoint
+        return _report(args, *_pacscore(options, args, captions, refs, paths, ids))
+    from capeval.backbones import DEFAULT_MODEL
+
+    options["model"] = options["model"] or DEFAULT_MODEL
     if refs is None:
         result = capeval.CLIPScore(**options)(captions, images=paths)
         per_image = {i: {"CLIPScore": s} for i, s in zip(ids, result["scores"], strict=True)}
@@ -115,6 +118,26 @@ def _score_command(args: argparse.Namespace) -> int:
         }
         print(f"CLIPScore: {result['clipscore']:.4f}")
         print(f"RefCLIPScore: {result['refclipscore']:.4f}")
+    return _report(args, result, per_image)
+
+
+def _pacscore(options: dict, args, captions, refs, paths, ids) -> tuple[dict, dict]:
+    """PAC-S (and RefPAC-S with references); ``--model`` left unset lets the checkpoint pick its base."""
+    import capeval
+
+    result = capeval.PACScore(checkpoint=args.checkpoint, **options)(captions, references=refs, images=paths)
+    print(f"PAC-S: {result['pacscore']:.4f}")
+    if refs is None:
+        return result, {i: {"PAC-S": s} for i, s in zip(ids, result["scores"], strict=True)}
+    print(f"RefPAC-S: {result['refpacscore']:.4f}")
+    per_image = {
+        i: {"PAC-S": p, "RefPAC-S": r}
+        for i, p, r in zip(ids, result["scores"], result["refpacscore_scores"], strict=True)
+    }
+    return result, per_image
+
+
+def _report(args, result: dict, per_image: dict) -> int:
     print(f"signature: {result['signature']}")
     if args.save_per_instance:
         out = Path(args.save_per_instance)
@@ -147,10 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-per-instance", metavar="OUT.json", help="write per-image scores to this JSON file"
     )
     score.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"CLIP Hub id or local folder (default {DEFAULT_MODEL})"
+        "--model",
+        default=None,
+        help=f"CLIP Hub id or local folder (default {DEFAULT_MODEL}; with --checkpoint, the checkpoint's base)",
     )
     score.add_argument(
-        "--checkpoint", default=None, help="PAC-S weights (.pth, converted folder or Hub repo)"
+        "--checkpoint",
+        default=None,
+        help="PAC-S weights (.pth, converted folder or Hub repo): PAC-S / RefPAC-S",
     )
     score.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1, ... (default: first GPU if any, else CPU)"

@@ -450,7 +450,11 @@ def corpus_command(args) -> int:
 
     if not args.output:
         raise SystemExit("capeval score --corpus: give --output DIR")
-    options = dict(model=args.model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    from capeval.backbones import DEFAULT_MODEL
+
+    # Unset --model: PAC-S takes its checkpoint's base model, the others the paper's CLIP.
+    model = args.model or (None if args.metric == "pacscore" else DEFAULT_MODEL)
+    options = dict(model=model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
     if args.prefix is not None:
         options["prefix"] = args.prefix
     if args.w is not None:
