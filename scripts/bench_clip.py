@@ -62,11 +62,11 @@ def main() -> None:
     ref_scorer = capeval.RefCLIPScore(**opts)
     clip_scorer = capeval.CLIPScore(**opts)
     clip_noprefix = capeval.CLIPScore(**{**opts, "prefix": ""})
-    pixels, ids = pipelines.prepare_bare_inputs(bb, workload)
+    pixels, text_batches = pipelines.prepare_bare_inputs(bb, workload, args.batch_size)
 
     runs = {
         "capeval RefCLIP-S": lambda: pipelines.capeval_refclip(ref_scorer, workload),
-        "bare forward (limit)": lambda: pipelines.bare_forward(bb, pixels, ids, args.batch_size),
+        "bare forward (limit)": lambda: pipelines.bare_forward(bb, pixels, text_batches, args.batch_size),
         "capeval CLIP-S": lambda: pipelines.capeval_clip(clip_scorer, workload),
     }
     if "authors" not in args.skip:

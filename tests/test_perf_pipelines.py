@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import capeval
 from capeval.backbones import load_backbone
@@ -18,6 +19,7 @@ def positive_clip(tmp_path_factory):
 
     from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
+    torch.manual_seed(0)
     model = CLIPModel(tiny_clip_config(image_size=48, patch_size=16)).eval()
     mix_shared_component(model, seed=0)
     return str(save_clip_folder(model, build_clip_tokenizer(), tmp_path_factory.mktemp("positive-clip")))
@@ -61,7 +63,10 @@ def test_torchmetrics_clip_score_agrees_without_the_prompt(positive_clip, worklo
 
 def test_bare_forward_runs_on_the_distinct_inputs(positive_clip, workload):
     bb = load_backbone(positive_clip)
-    pixels, ids = pipelines.prepare_bare_inputs(bb, workload)
+    pixels, batches = pipelines.prepare_bare_inputs(bb, workload, batch_size=8)
     assert len(pixels) == 3
-    assert len(ids) == len(set(workload.candidates) | {r for refs in workload.references for r in refs})
-    pipelines.bare_forward(bb, pixels, ids)
+    n_texts = len(set(workload.candidates) | {r for refs in workload.references for r in refs})
+    assert sum(len(ids) for ids, _ in batches) == n_texts
+    widths = [ids.shape[1] for ids, _ in batches]
+    assert widths == sorted(widths) and max(widths) < 77
+    pipelines.bare_forward(bb, pixels, batches)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from capeval.backbones import Backbone
+from capeval.encoding import pad_batch
 from capeval.images import normalize_pixels, preprocess_image
 from capeval.tokenization import tokenize_captions, with_prefix
 
@@ -129,31 +130,35 @@ def torchmetrics_clip(bb: Backbone, workload, batch_size: int = 64) -> np.ndarra
     return np.concatenate(per)
 
 
-def prepare_bare_inputs(bb: Backbone, workload) -> tuple[torch.Tensor, list[list[int]]]:
-    """Pre-processed pixels of the distinct images and token ids of the distinct texts (not timed)."""
+def prepare_bare_inputs(
+    bb: Backbone, workload, batch_size: int = 64
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Pre-processed pixels of the distinct images, and the distinct texts as length-sorted padded batches
+    (token ids and attention mask), all prepared before timing starts."""
     pixels = torch.from_numpy(
         np.stack([preprocess_image(p, i, bb.image_size) for i, p in enumerate(workload.image_paths)])
     )
     texts = sorted(set(workload.candidates) | {r for refs in workload.references for r in refs})
     ids, _ = tokenize_captions(bb.tokenizer, [with_prefix(t, PREFIX) for t in texts], bb.context_length)
-    return normalize_pixels(pixels, bb.image_mean, bb.image_std), sorted(ids, key=len)
+    ids = sorted(ids, key=len)
+    batches = [
+        pad_batch(ids[s : s + batch_size], bb.tokenizer.pad_token_id) for s in range(0, len(ids), batch_size)
+    ]
+    return normalize_pixels(pixels, bb.image_mean, bb.image_std), batches
 
 
 @torch.inference_mode()
-def bare_forward(bb: Backbone, pixels: torch.Tensor, ids: list[list[int]], batch_size: int = 64) -> None:
+def bare_forward(
+    bb: Backbone,
+    pixels: torch.Tensor,
+    text_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    batch_size: int = 64,
+) -> None:
     """Only the forward passes (plus normalisation), the lower bound on any pipeline's time."""
-    pad = bb.tokenizer.pad_token_id
     for start in range(0, len(pixels), batch_size):
         x = pixels[start : start + batch_size].to(bb.device, bb.dtype)
         F.normalize(bb.model.get_image_features(pixel_values=x).pooler_output.float(), dim=-1)
-    for start in range(0, len(ids), batch_size):
-        chunk = ids[start : start + batch_size]
-        longest = max(len(x) for x in chunk)
-        tokens = torch.full((len(chunk), longest), pad, dtype=torch.long)
-        mask = torch.zeros_like(tokens)
-        for row, x in enumerate(chunk):
-            tokens[row, : len(x)] = torch.tensor(x)
-            mask[row, : len(x)] = 1
+    for tokens, mask in text_batches:
         out = bb.model.get_text_features(input_ids=tokens.to(bb.device), attention_mask=mask.to(bb.device))
         F.normalize(out.pooler_output.float(), dim=-1)
     if bb.device.type == "cuda":

@@ -22,6 +22,7 @@ from capeval.encoding import (
     _use_processes,
     encode_images,
     encode_texts,
+    pad_batch,
     tokenize_unique,
 )
 from capeval.perf.workload import _caption, draw_photo_like
@@ -105,16 +106,9 @@ def forward_captions_per_s(
     """Forward-only throughput on pre-tokenised, length-sorted, padded batches already on the device."""
     ids, _ = tokenize_unique(bb, captions, prefix)
     ids = sorted(ids, key=len)
-    pad = bb.tokenizer.pad_token_id
     batches = []
     for s in range(0, len(ids), batch_size):
-        chunk = ids[s : s + batch_size]
-        longest = max(len(x) for x in chunk)
-        t = torch.full((len(chunk), longest), pad, dtype=torch.long)
-        m = torch.zeros_like(t)
-        for r, x in enumerate(chunk):
-            t[r, : len(x)] = torch.tensor(x)
-            m[r, : len(x)] = 1
+        t, m = pad_batch(ids[s : s + batch_size], bb.tokenizer.pad_token_id)
         batches.append((t.to(bb.device), m.to(bb.device)))
     bb.model.get_text_features(input_ids=batches[0][0], attention_mask=batches[0][1])
     _sync(bb)
