@@ -19,7 +19,7 @@ from capeval.backbones import load_backbone
 from capeval.perf import pipelines
 from capeval.perf.models import build_benchmark_clip
 from capeval.perf.timing import markdown_table, median, time_interleaved
-from capeval.perf.workload import make_image_caption_workload
+from capeval.perf.workload import make_image_caption_workload, make_shapes_workload
 
 
 def build_random_model(kind: str, root: Path) -> Path:
@@ -27,6 +27,27 @@ def build_random_model(kind: str, root: Path) -> Path:
     if not (folder / "config.json").is_file():
         build_benchmark_clip(kind, folder)
     return folder
+
+
+def bf16_drift(workload, opts: dict, label: str) -> dict:
+    """Per-sample drift of bf16 against fp32 RefCLIP-S, and whether the ranking survives (Kendall tau)."""
+    from scipy.stats import kendalltau
+
+    a = pipelines.capeval_refclip(capeval.RefCLIPScore(**{**opts, "dtype": "float32"}), workload)
+    b = pipelines.capeval_refclip(capeval.RefCLIPScore(**{**opts, "dtype": "bfloat16"}), workload)
+    drift = np.abs(a - b)
+    out = {
+        "pairs": len(a),
+        "fp32_score_std": float(a.std()),
+        "median_drift": float(np.median(drift)),
+        "max_drift": float(drift.max()),
+        "kendall_tau": float(kendalltau(a, b).statistic),
+    }
+    print(
+        f"bf16 vs fp32, {label}, {out['pairs']} pairs (fp32 score std {out['fp32_score_std']:.3g}): drift median "
+        f"{out['median_drift']:.2e}, max {out['max_drift']:.2e}, Kendall tau {out['kendall_tau']:.4f}"
+    )
+    return out
 
 
 def main() -> None:
@@ -106,25 +127,14 @@ def main() -> None:
     print(f"capeval RefCLIP-S / bare forward: {figures['ratio_to_limit']:.2f}x the limit")
 
     if args.bf16_pairs:
-        from scipy.stats import kendalltau
-
         n_img = int(np.ceil(args.bf16_pairs / 5.66))
-        big = make_image_caption_workload(work / "images", n_img)
-        fp32 = capeval.RefCLIPScore(**{**opts, "dtype": "float32"})
-        bf16 = capeval.RefCLIPScore(**{**opts, "dtype": "bfloat16"})
-        a = pipelines.capeval_refclip(fp32, big)
-        b = pipelines.capeval_refclip(bf16, big)
-        drift = np.abs(a - b)
-        tau = kendalltau(a, b).statistic
-        figures["bf16"] = {
-            "pairs": len(a),
-            "median_drift": float(np.median(drift)),
-            "max_drift": float(drift.max()),
-            "kendall_tau": float(tau),
-        }
-        print(
-            f"bf16 vs fp32 on {len(a)} pairs: drift median {np.median(drift):.2e}, max {drift.max():.2e}, Kendall tau {tau:.4f}"
+        figures["bf16"] = bf16_drift(
+            make_image_caption_workload(work / "images", n_img), opts, "random " + args.arch
         )
+        from capeval.testing.shapes import shapes_clip_path
+
+        shapes_opts = {**opts, "model": str(shapes_clip_path())}
+        figures["bf16_shapes"] = bf16_drift(make_shapes_workload(args.bf16_pairs), shapes_opts, "shapes CLIP")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
 

@@ -27,7 +27,7 @@ _WORDS = (
 class ImageCaptionWorkload:
     """Candidates paired with images (by index) and each image's references."""
 
-    image_paths: list[str]
+    image_paths: list  # file paths, or in-memory images
     candidates: list[str]
     candidate_image: list[int]
     references: list[list[str]]  # per image
@@ -79,3 +79,25 @@ def make_image_caption_workload(root: str | Path, n_images: int, seed: int = 0) 
     candidates = [_caption(rng) for _ in range(n_cands)]
     references = [[_caption(rng) for _ in range(REFERENCES_PER_IMAGE)] for _ in range(n_images)]
     return ImageCaptionWorkload(paths, candidates, owner, references)
+
+
+def make_shapes_workload(n_pairs: int, seed: int = 0) -> ImageCaptionWorkload:
+    """Pairs from the drawn-shapes world, where the shapes CLIP's scores mean something: each drawing gets a
+    candidate that is right or wrong in one attribute, and three paraphrases of its scene as references."""
+    import random
+
+    from capeval.testing.shapes import caption, draw, mismatched, paraphrase, random_scene
+
+    rng = random.Random(seed)
+    images, candidates, references = [], [], []
+    for _ in range(n_pairs):
+        scene = random_scene(rng)
+        images.append(draw(scene, rng, size=(160, 120)))
+        shown = (
+            scene
+            if rng.random() < 0.5
+            else mismatched(scene, rng.choice(["color", "shape", "position"]), rng)
+        )
+        candidates.append(caption(shown))
+        references.append([paraphrase(scene, rng) for _ in range(3)])
+    return ImageCaptionWorkload(images, candidates, list(range(n_pairs)), references)
