@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
-IMAGE_METRICS = ("clipscore", "refclipscore", "pacscore")
 
 
 def _read_json(path: str, what: str) -> dict:
@@ -77,7 +76,7 @@ def _score_command(args: argparse.Namespace) -> int:
     import capeval
 
     if getattr(args, "corpus", None):
-        from capeval.corpus import corpus_command
+        from capeval.corpus_cli import corpus_command
 
         return corpus_command(args)
     if args.candidates_json is None or args.image_dir is None:
@@ -189,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--w", type=float, default=None, help="rescaling weight (default 2.5)")
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
-    from capeval.corpus import add_corpus_arguments
+    from capeval.corpus_cli import add_corpus_arguments
 
     add_corpus_arguments(score)
     score.set_defaults(func=_score_command)
