@@ -42,6 +42,18 @@ def _refs():
     ]
 
 
+@pytest.fixture(scope="module", params=["random", "shapes"])
+def model_pair(request, tiny_clip_dir):
+    """(folder, raw CLIPModel) for the random tiny CLIP and the shapes-trained CLIP."""
+    from transformers import CLIPModel
+
+    from capeval.testing.shapes import shapes_clip_path
+
+    folder = str(tiny_clip_dir) if request.param == "random" else str(shapes_clip_path())
+    # transformers 5 loads weights in their stored dtype (fp16 for the shapes CLIP); the reference runs fp32
+    return folder, CLIPModel.from_pretrained(folder, dtype=torch.float32).eval()
+
+
 @pytest.fixture(scope="module")
 def raw_model(tiny_clip_dir):
     from transformers import CLIPModel
@@ -49,21 +61,34 @@ def raw_model(tiny_clip_dir):
     return CLIPModel.from_pretrained(tiny_clip_dir).eval()
 
 
-def test_clipscore_equals_the_authors_formula_per_sample(tiny_clip_dir, raw_model):
-    images = _images(6)
+def _shapes_and_noise(n):
+    from capeval.testing.shapes import Scene, draw
+
+    drawn = [
+        draw(Scene("red", "circle", "left"), size=(160, 120)),
+        draw(Scene("blue", "square", "top"), rng=3),
+    ]
+    return (drawn + _images(n))[:n]
+
+
+def test_clipscore_equals_the_authors_formula_per_sample(model_pair):
+    folder, raw = model_pair
+    images = _shapes_and_noise(6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = capeval.CLIPScore(model=str(tiny_clip_dir))(CAPTIONS, images=images)
-    theirs = authors_clip_s(raw_model, images, CAPTIONS)
+        out = capeval.CLIPScore(model=folder)(CAPTIONS, images=images)
+    theirs = authors_clip_s(raw, images, CAPTIONS)
     assert np.abs(np.array(out["scores"]) - theirs).max() <= 1e-5
     assert out["clipscore"] == pytest.approx(float(np.mean(out["scores"])), abs=1e-7)
+    assert np.ptp(theirs) > 0  # a comparison of distinct values, not of clipped zeros
 
 
-def test_refclipscore_equals_the_authors_formula_per_sample(tiny_clip_dir, raw_model):
-    images = _images(6)
+def test_refclipscore_equals_the_authors_formula_per_sample(model_pair):
+    folder, raw_model = model_pair
+    images = _shapes_and_noise(6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = capeval.RefCLIPScore(model=str(tiny_clip_dir))(CAPTIONS, references=_refs(), images=images)
+        out = capeval.RefCLIPScore(model=folder)(CAPTIONS, references=_refs(), images=images)
     theirs = authors_refclip_s(raw_model, images, CAPTIONS, _refs())
     assert np.abs(np.array(out["scores"]) - theirs).max() <= 1e-5
     assert (
