@@ -56,6 +56,28 @@ def _read_rows(path: Path, n_fields: int, what: str) -> list[list[str]]:
     return rows
 
 
+def _judged_pair(
+    image: str, cid: str, by_image, by_id, image_root, scores: list[float], category: str
+) -> dict | None:
+    """The row of one judged (image, caption id) pair, or None when the token file lacks either."""
+    key = image_key(image)
+    if cid not in by_id or key not in by_image:
+        return None
+    raw_refs = by_image[key]
+    return {
+        "item_id": f"{image}|{cid}",
+        "image_id": key,
+        "image": image_path(image_root, image),
+        "candidate": normalize_caption(by_id[cid]),
+        "references": [normalize_caption(r) for r in raw_refs],
+        "human_scores": scores,
+        "category": category,
+        "candidate_id": cid,
+        # The CLIPScore/SPICE rule compares the raw strings of the token file.
+        "candidate_in_references": by_id[cid] in raw_refs,
+    }
+
+
 def load_flickr8k_expert(
     path: str | os.PathLike,
     image_root: str | os.PathLike | None = None,
@@ -78,25 +100,11 @@ def load_flickr8k_expert(
     by_image, by_id = _captions(ann.parent if Path(path).is_file() else path, captions)
     rows, skipped = [], []
     for image, cid, *ratings in _read_rows(ann, 5, "ExpertAnnotations.txt"):
-        key = image_key(image)
-        if cid not in by_id or key not in by_image:
+        row = _judged_pair(image, cid, by_image, by_id, image_root, [float(r) for r in ratings], "expert")
+        if row is None:
             skipped.append(cid)
-            continue
-        raw_refs = by_image[key]
-        rows.append(
-            {
-                "item_id": f"{image}|{cid}",
-                "image_id": key,
-                "image": image_path(image_root, image),
-                "candidate": normalize_caption(by_id[cid]),
-                "references": [normalize_caption(r) for r in raw_refs],
-                "human_scores": [float(r) for r in ratings],
-                "category": "expert",
-                "candidate_id": cid,
-                # The CLIPScore/SPICE rule compares the raw strings of the token file.
-                "candidate_in_references": by_id[cid] in raw_refs,
-            }
-        )
+        else:
+            rows.append(row)
     report_skipped("Flickr8k-Expert (caption id not in the token file)", skipped, len(rows) + len(skipped))
     return build_dataset(
         rows,
@@ -125,26 +133,11 @@ def load_flickr8k_cf(
     by_image, by_id = _captions(folder, captions)
     rows, skipped = [], []
     for image, cid, frac, n_yes, n_no in _read_rows(ann, 5, "CrowdFlowerAnnotations.txt"):
-        key = image_key(image)
-        if cid not in by_id or key not in by_image:
+        row = _judged_pair(image, cid, by_image, by_id, image_root, [float(frac)], "crowdflower")
+        if row is None:
             skipped.append(cid)
-            continue
-        raw_refs = by_image[key]
-        rows.append(
-            {
-                "item_id": f"{image}|{cid}",
-                "image_id": key,
-                "image": image_path(image_root, image),
-                "candidate": normalize_caption(by_id[cid]),
-                "references": [normalize_caption(r) for r in raw_refs],
-                "human_scores": [float(frac)],
-                "category": "crowdflower",
-                "candidate_id": cid,
-                "n_yes": int(n_yes),
-                "n_no": int(n_no),
-                "candidate_in_references": by_id[cid] in raw_refs,
-            }
-        )
+        else:
+            rows.append({**row, "n_yes": int(n_yes), "n_no": int(n_no)})
     report_skipped("Flickr8k-CF (caption id not in the token file)", skipped, len(rows) + len(skipped))
     return build_dataset(
         rows,
