@@ -81,6 +81,16 @@ class Panel:
         raise NotImplementedError
 
 
+def choice_dropdown(choices: list, label: str, elem_id: str) -> gr.Dropdown:
+    """A dropdown over a fixed list of choices: the browser sees only their keys, never paths or Hub ids."""
+    return gr.Dropdown(
+        choices=[(c.label, c.key) for c in choices],
+        value=choices[0].key if choices else None,
+        label=label,
+        elem_id=elem_id,
+    )
+
+
 def visitor_message(err: BaseException) -> str:
     """The error's message with server paths cut to their last component."""
     text = str(err) or type(err).__name__

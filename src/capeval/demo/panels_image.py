@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from capeval.demo.builder import Panel, Scored
+from capeval.demo.builder import Panel, Scored, choice_dropdown
 from capeval.demo.choices import checkpoint_choices, model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
 from capeval.demo.render import Row
@@ -46,15 +46,7 @@ class ImagePanel(Panel):
         return inputs
 
     def _model_options(self) -> dict:
-        choices = model_choices()
-        return {
-            "model": gr.Dropdown(
-                choices=[(c.label, c.key) for c in choices],
-                value=choices[0].key,
-                label="CLIP model",
-                elem_id="model-option",
-            )
-        }
+        return {"model": choice_dropdown(model_choices(), "CLIP model", "model-option")}
 
     def build_options(self) -> dict:
         return {
@@ -172,14 +164,8 @@ class PACScorePanel(ImagePanel):
         )
 
     def build_options(self) -> dict:
-        choices = checkpoint_choices()
         return {
-            "checkpoint": gr.Dropdown(
-                choices=[(c.label, c.key) for c in choices],
-                value=choices[0].key if choices else None,
-                label="PAC-S checkpoint",
-                elem_id="checkpoint-option",
-            ),
+            "checkpoint": choice_dropdown(checkpoint_choices(), "PAC-S checkpoint", "checkpoint-option"),
             "prefix": gr.Textbox(value=PREFIX, label="Prompt prefix", max_length=_MAX_PREFIX_CHARS),
             "w": gr.Number(value=self.default_w, label="w (rescaling weight)", minimum=0.1, maximum=10.0),
         }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import gradio as gr
 import numpy as np
 
-from capeval.demo.builder import Panel, Scored
+from capeval.demo.builder import Panel, Scored, choice_dropdown
 from capeval.demo.choices import resolve, vector_choices
 from capeval.demo.limits import InputError, check_texts, split_lines
 from capeval.demo.render import Row, heatmap
@@ -46,14 +46,8 @@ class TextPanel(Panel):
         }
 
     def build_options(self) -> dict:
-        choices = vector_choices()
         return {
-            "vectors": gr.Dropdown(
-                choices=[(c.label, c.key) for c in choices],
-                value=choices[0].key,
-                label="Word vectors",
-                elem_id="vectors-option",
-            ),
+            "vectors": choice_dropdown(vector_choices(), "Word vectors", "vectors-option"),
             "normalize_vectors": gr.Checkbox(
                 value=False, label="Unit-length word vectors (gensim 4's variant; off = the toolkit's)"
             ),

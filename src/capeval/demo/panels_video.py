@@ -10,7 +10,7 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from capeval.demo.builder import Panel, Scored
+from capeval.demo.builder import Panel, Scored, choice_dropdown
 from capeval.demo.choices import model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
 from capeval.demo.render import Row, heatmap
@@ -91,14 +91,8 @@ class EMScorePanel(Panel):
         }
 
     def build_options(self) -> dict:
-        choices = model_choices()
         return {
-            "model": gr.Dropdown(
-                choices=[(c.label, c.key) for c in choices],
-                value=choices[0].key,
-                label="CLIP model",
-                elem_id="model-option",
-            ),
+            "model": choice_dropdown(model_choices(), "CLIP model", "model-option"),
             "num_frames": gr.Slider(
                 1,
                 self.limits.max_frames,
