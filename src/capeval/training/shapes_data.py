@@ -39,11 +39,9 @@ def shapes_pacs_dataset(n: int, seed: int = 0):
 
 def held_out_scenes(n: int, seed: int = 10_000) -> tuple[list, list]:
     """``n`` drawings from their own seed (half of them variants), cycling through every scene."""
-    rng = random.Random(seed)
-    grid = shapes.all_scenes()
-    scenes = [grid[i % len(grid)] for i in range(n)]
-    images = [shapes.redraw_variant(s, rng) if i % 2 else shapes.draw(s, rng) for i, s in enumerate(scenes)]
-    return images, scenes
+    from capeval.testing.shapes_training import held_out_images
+
+    return held_out_images(n, seed)
 
 
 def caption_ranking_accuracy(
