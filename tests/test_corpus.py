@@ -232,3 +232,26 @@ def test_refclipscore_without_a_references_column_is_refused_before_scoring(corp
     with pytest.raises(ValueError, match="refclipscore needs references"):
         score_corpus(corpus, tmp_path / "out", "refclipscore", model=str(tiny_clip_dir))
     assert not (tmp_path / "out").exists()
+
+
+def _open_cache_at_once(path: str, barrier) -> None:
+    barrier.wait()
+    with EmbeddingCache(path) as cache:
+        cache.namespace("image|test")
+
+
+def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path):
+    # torchrun starts every rank at the same moment; switching a new file to WAL used to fail in one of them
+    # with "database is locked".
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(8):
+        barrier = ctx.Barrier(4)
+        path = str(tmp_path / f"c{attempt}.sqlite")
+        procs = [ctx.Process(target=_open_cache_at_once, args=(path, barrier)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0, 0, 0, 0], f"attempt {attempt}"

@@ -116,7 +116,9 @@ class EmbeddingCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Switching to WAL needs an exclusive lock, and SQLite answers "locked" at once (no busy wait) when a
+        # sibling process opening the same file holds it: retry, as for the schema.
+        self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
         # NORMAL in WAL mode: a killed process never loses a committed batch (a power cut may lose the last).
         self._db.execute("PRAGMA synchronous=NORMAL")
         for statement in _SCHEMA:
