@@ -50,17 +50,17 @@ def main() -> None:
 
         results["emscore"] = EMScore(device="cpu", **options)(captions[:7], videos=videos)
     else:
-        real_images, real_ids = dist_api.encode_images, dist_api._encode_ids
+        real_images, real_batches = dist_api.encode_images, dist_api.encode_batches
 
         def count_images(backbone, imgs, **kw):
             counts["images"] += len(imgs)
             return real_images(backbone, imgs, **kw)
 
-        def count_ids(backbone, ids, *args, **kw):
-            counts["texts"] += len(ids)
-            return real_ids(backbone, ids, *args, **kw)
+        def count_batches(backbone, ids, batches, *args, **kw):
+            counts["texts"] += sum(len(b) for b in batches)
+            return real_batches(backbone, ids, batches, *args, **kw)
 
-        dist_api.encode_images, dist_api._encode_ids = count_images, count_ids
+        dist_api.encode_images, dist_api.encode_batches = count_images, count_batches
         state = dist_api.process_state()
         rank = state.process_index
         assert state.num_processes == 2, state

@@ -150,3 +150,16 @@ def test_process_readers_give_the_same_embeddings_and_name_bad_images(tiny_clip_
     bad.write_bytes(b"not a png")
     with pytest.raises(ValueError, match=r"image 5 .*bad\.png"):
         encode_images(bb, images[:5] + [str(bad)] + images[5:], batch_size=4, num_workers=2)
+
+
+def test_the_reader_can_be_chosen_and_a_wrong_one_is_named(tiny_clip_dir):
+    bb = load_backbone(str(tiny_clip_dir))
+    rng = np.random.RandomState(3)
+    images = [Image.fromarray(rng.randint(0, 256, (28, 36 + i, 3), dtype=np.uint8)) for i in range(7)]
+    threads = encode_images(bb, images, batch_size=3, reader="threads")
+    processes = encode_images(bb, images, batch_size=3, num_workers=2, reader="processes")
+    torch.testing.assert_close(processes, threads, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="reader must be 'threads', 'processes' or None, got 'gpu'"):
+        encode_images(bb, images, reader="gpu")
+    with pytest.raises(ValueError, match="reader must be"):
+        encode_images(bb, [], reader="gpu")

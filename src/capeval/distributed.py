@@ -29,8 +29,10 @@ from typing import Any
 
 import torch
 
-from capeval.encoding import _encode_ids, encode_images, tokenize_unique, unique_indices
+from capeval.batching import _progress
+from capeval.encoding import encode_images, unique_indices
 from capeval.images import image_key
+from capeval.text_encoding import CaptionIds, encode_batches, length_batches
 
 # Metric name -> public class name in the capeval namespace (loaded lazily, so metrics landing later work).
 METRIC_CLASSES = {
@@ -232,30 +234,24 @@ def sharded_encode_texts(
     state,
     progress: bool | None = None,
 ) -> torch.Tensor:
-    """``encode_texts`` with its length-sorted batches dealt round-robin to the processes.
+    """``encode_texts`` with its batches (``length_batches``) dealt round-robin to the processes.
 
     Returns:
         torch.Tensor: (N, D), bit-identical to ``encode_texts(backbone, texts, prefix, batch_size)``.
     """
     if len(texts) == 0:
         return torch.zeros(0, backbone.embed_dim)
-    ids, inverse = tokenize_unique(backbone, texts, prefix)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    blocks = _blocks(len(order), batch_size)[state.process_index :: state.num_processes]
-    mine = [order[p] for block in blocks for p in block]
-    out = torch.zeros(len(ids), backbone.embed_dim)
+    captions = CaptionIds(backbone, texts, prefix)
+    batches = list(length_batches(captions, batch_size))
+    captions.warn_truncated(stacklevel=2)
+    mine = batches[state.process_index :: state.num_processes]
+    out = torch.zeros(len(captions.ids), backbone.embed_dim)
     if mine:
-        # A concatenation of consecutive slices of the length order is itself sorted: _encode_ids keeps it
-        # and cuts the same batches.
-        pooled, _ = _encode_ids(
-            backbone,
-            [ids[i] for i in mine],
-            batch_size,
-            progress if state.is_main_process else False,
-            want_tokens=False,
-        )
-        out[mine] = pooled
-    return _sum_across(out, state)[inverse]
+        show = progress if state.is_main_process else False
+        with _progress(sum(len(b) for b in mine), "captions", show) as bar:
+            positions, pooled, _ = encode_batches(backbone, captions.ids, mine, batch_size, False, bar)
+        out[positions] = pooled
+    return _sum_across(out, state)[captions.inverse]
 
 
 def sharded_encode_videos(backbone, videos: Sequence, scorer, state) -> list[torch.Tensor]:

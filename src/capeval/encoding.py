@@ -1,10 +1,8 @@
-"""Images and captions to L2-normalised CLIP embeddings, each distinct input encoded once.
+"""Images to L2-normalised CLIP embeddings, each distinct image read and encoded once.
 
-Images: read and resized on a small thread pool while the model runs on the previous batch.
-Texts: de-duplicated by token ids, sorted by length and padded to the longest in each batch
-(never to 77: CLIP's text encoder is causal, so padding after end-of-text cannot change the pooled
-embedding, and short batches run several times faster). On GPU out-of-memory the batch size is
-halved and the batch retried.
+Images are read and resized by worker threads (CPU) or processes (GPU) while the model runs on the previous
+batch. On GPU out-of-memory the batch size is halved and the batch retried. Captions are encoded by
+``capeval.text_encoding``; its functions are re-exported here, so ``capeval.encoding`` is the one entry point.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -22,82 +20,22 @@ import torch
 import torch.nn.functional as F
 
 from capeval.backbones import Backbone
+from capeval.batching import BATCH_SIZE, _BatchSize, _progress, run_with_backoff, unique_indices
 from capeval.images import image_key, normalize_pixels, preprocess_image
-from capeval.tokenization import tokenize_captions, with_prefix
+from capeval.text_encoding import encode_text_tokens, encode_texts, pad_batch, tokenize_unique
+
+__all__ = [
+    "BATCH_SIZE",
+    "encode_images",
+    "encode_text_tokens",
+    "encode_texts",
+    "pad_batch",
+    "run_with_backoff",
+    "tokenize_unique",
+    "unique_indices",
+]
 
 logger = logging.getLogger(__name__)
-BATCH_SIZE = 64  # default encoder batch; halved automatically on GPU out-of-memory
-
-
-def _is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
-
-
-def _free_device_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-class _BatchSize:
-    """The current batch size, kept across calls once out-of-memory has lowered it."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-
-def run_with_backoff(
-    run: Callable[[list[int]], torch.Tensor],
-    order: Sequence[int],
-    batch_size: int,
-    device: torch.device,
-    what: str,
-    size: _BatchSize | None = None,
-) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Call ``run`` on consecutive chunks of ``order``, halving the chunk on out-of-memory.
-
-    Yields:
-        (chunk, output) pairs; the chunks cover ``order`` once, in order.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    size = size or _BatchSize(batch_size)
-    size.value = min(size.value, batch_size)
-    start = 0
-    while start < len(order):
-        chunk = list(order[start : start + size.value])
-        try:
-            out = run(chunk)
-        except (torch.OutOfMemoryError, RuntimeError) as err:
-            if not _is_oom(err) or size.value == 1:
-                raise
-            _free_device_memory(device)
-            size.value = max(1, size.value // 2)
-            warnings.warn(f"out of memory encoding {what}: batch size lowered to {size.value}", stacklevel=2)
-            continue
-        yield chunk, out
-        start += len(chunk)
-
-
-def _progress(total: int, desc: str, progress: bool | None):
-    from tqdm.auto import tqdm
-
-    # None: a bar only on a terminal and only for work worth watching.
-    disable = (not progress) if progress is not None else (total < 512 or None)
-    return tqdm(total=total, desc=desc, unit="it", disable=disable, dynamic_ncols=True)
-
-
-def unique_indices(keys: Sequence) -> tuple[list[int], list[int]]:
-    """First occurrence of each distinct key, and for every input the position of its key among them."""
-    first: dict = {}
-    inverse = []
-    uniques = []
-    for i, k in enumerate(keys):
-        j = first.get(k)
-        if j is None:
-            j = first[k] = len(uniques)
-            uniques.append(i)
-        inverse.append(j)
-    return uniques, inverse
 
 
 def _default_workers(device: torch.device | None = None) -> int:
@@ -225,12 +163,24 @@ def _use_processes(device: torch.device, n_images: int, batch_size: int, workers
     return device.type == "cuda" and workers > 1 and n_images >= 2 * batch_size and sys.platform != "win32"
 
 
+def image_reader(reader: str | None, device: torch.device, n_images: int, batch_size: int, workers: int):
+    """The batch reader ``encode_images`` uses: ``"threads"``, ``"processes"`` or ``None`` (chosen by device)."""
+    if reader is None:
+        reader = "processes" if _use_processes(device, n_images, batch_size, workers) else "threads"
+    if reader not in ("threads", "processes"):
+        raise ValueError(f"reader must be 'threads', 'processes' or None, got {reader!r}")
+    if reader == "processes" and sys.platform == "win32":
+        raise ValueError("reader='processes' needs fork(), which Windows lacks: use reader='threads'")
+    return _process_batches if reader == "processes" else _thread_batches
+
+
 def encode_images(
     backbone: Backbone,
     images: Sequence,
     batch_size: int = BATCH_SIZE,
     num_workers: int | None = None,
     progress: bool | None = None,
+    reader: str | None = None,
 ) -> torch.Tensor:
     """Embed images; the same image given several times is read and encoded once.
 
@@ -241,6 +191,8 @@ def encode_images(
         num_workers: readers decoding and resizing images ahead of the model (default: all cores, at most 32,
             as processes, on a GPU; 4 threads on the CPU).
         progress: show a progress bar (``None``: only for long runs on a terminal).
+        reader: ``"processes"`` (readers in worker processes, no GIL shared with the model's thread),
+            ``"threads"``, or ``None``: processes on a GPU when there are at least two batches, else threads.
 
     Returns:
         torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order.
@@ -250,14 +202,11 @@ def encode_images(
     keys = [image_key(img, i) for i, img in enumerate(images)]
     uniques, inverse = unique_indices(keys)
     if not uniques:
+        image_reader(reader, backbone.device, 0, batch_size, 1)
         return torch.zeros(0, backbone.embed_dim)
     workers = num_workers or _default_workers(backbone.device)
     pin = backbone.device.type == "cuda"
-    read = (
-        _process_batches
-        if _use_processes(backbone.device, len(uniques), batch_size, workers)
-        else _thread_batches
-    )
+    read = image_reader(reader, backbone.device, len(uniques), batch_size, workers)
     forward_size = _BatchSize(batch_size)
     pieces: list[torch.Tensor] = []
     with _progress(len(uniques), "images", progress) as bar:
@@ -275,121 +224,3 @@ def encode_images(
                 bar.update(len(chunk))
     # One copy to the host at the end: no per-batch synchronisation stalls the GPU queue.
     return torch.cat(pieces).cpu()[inverse]
-
-
-def tokenize_unique(
-    backbone: Backbone, texts: Sequence[str], prefix: str | None
-) -> tuple[list[tuple[int, ...]], list[int]]:
-    """Token ids of each distinct caption (after prefix and cleaning), and each input's position among them.
-
-    Warns once with the count of captions cut to the context length.
-    """
-    joined = [with_prefix(t, prefix) for t in texts]
-    distinct_str, str_inverse = unique_indices(joined)
-    ids, n_cut = tokenize_captions(
-        backbone.tokenizer, [joined[i] for i in distinct_str], backbone.context_length
-    )
-    if n_cut:
-        warnings.warn(
-            f"{n_cut} caption(s) longer than {backbone.context_length} tokens were truncated "
-            "(end-of-text kept, as clip.tokenize(truncate=True) does)",
-            stacklevel=3,
-        )
-    # Different strings can share token ids (case, whitespace): encode each id sequence once.
-    id_keys = [tuple(x) for x in ids]
-    distinct_ids, id_inverse = unique_indices(id_keys)
-    return [id_keys[i] for i in distinct_ids], [id_inverse[j] for j in str_inverse]
-
-
-def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids padded to the longest in the batch, and the attention mask: (B, L) long each."""
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    longest = int(lengths.max())
-    input_ids = np.full((len(ids), longest), pad_id, dtype=np.int64)
-    for row, x in enumerate(ids):
-        input_ids[row, : len(x)] = x
-    mask = (np.arange(longest)[None, :] < lengths[:, None]).astype(np.int64)
-    return torch.from_numpy(input_ids), torch.from_numpy(mask)
-
-
-@torch.inference_mode()
-def _text_forward(backbone: Backbone, ids: list[tuple[int, ...]], want_tokens: bool):
-    """Pooled (B, D) embeddings left on the device; with ``want_tokens`` also per-token (L_i, D) on the CPU."""
-    pad = backbone.tokenizer.pad_token_id
-    pad = backbone.tokenizer.eos_token_id if pad is None else pad
-    input_ids, mask = pad_batch(ids, pad)
-    input_ids = input_ids.to(backbone.device, non_blocking=True)
-    mask = mask.to(backbone.device, non_blocking=True)
-    out = backbone.model.get_text_features(input_ids=input_ids, attention_mask=mask)
-    pooled = F.normalize(out.pooler_output.float(), dim=-1)
-    if not want_tokens:
-        return pooled
-    tokens = backbone.model.text_projection(out.last_hidden_state)
-    tokens = F.normalize(tokens.float(), dim=-1).cpu()
-    return pooled, [tokens[row, : len(x)] for row, x in enumerate(ids)]
-
-
-def _encode_ids(
-    backbone: Backbone, ids: list[tuple[int, ...]], batch_size: int, progress: bool | None, want_tokens: bool
-):
-    """Encode token-id sequences in length-sorted batches (stable order); returns (pooled (N, D), tokens)."""
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    tokens: list = [None] * len(ids)
-    pieces: list[torch.Tensor] = []
-    with _progress(len(ids), "captions", progress) as bar:
-
-        def run(chunk: list[int]):
-            return _text_forward(backbone, [ids[i] for i in chunk], want_tokens)
-
-        for chunk, result in run_with_backoff(run, order, batch_size, backbone.device, "captions"):
-            emb, toks = result if want_tokens else (result, None)
-            pieces.append(emb)
-            if want_tokens:
-                for i, t in zip(chunk, toks, strict=True):
-                    tokens[i] = t
-            bar.update(len(chunk))
-    pooled = torch.empty(len(ids), backbone.embed_dim)
-    # One copy to the host at the end: no per-batch synchronisation stalls the GPU queue.
-    pooled[torch.tensor(order, dtype=torch.long)] = torch.cat(pieces).cpu()
-    return pooled, tokens
-
-
-def encode_texts(
-    backbone: Backbone,
-    texts: Sequence[str],
-    prefix: str | None = None,
-    batch_size: int = BATCH_SIZE,
-    progress: bool | None = None,
-) -> torch.Tensor:
-    """Embed captions (the prompt ``prefix`` joined in front); each distinct caption is encoded once.
-
-    Returns:
-        torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order.
-    """
-    if len(texts) == 0:
-        return torch.zeros(0, backbone.embed_dim)
-    ids, inverse = tokenize_unique(backbone, texts, prefix)
-    pooled, _ = _encode_ids(backbone, ids, batch_size, progress, want_tokens=False)
-    return pooled[inverse]
-
-
-def encode_text_tokens(
-    backbone: Backbone,
-    texts: Sequence[str],
-    prefix: str | None = None,
-    batch_size: int = BATCH_SIZE,
-    progress: bool | None = None,
-) -> tuple[torch.Tensor, list[torch.Tensor], list[tuple[int, ...]]]:
-    """Global and per-token caption embeddings (EMScore's fine-grained matching).
-
-    Token embeddings are the text encoder's last hidden states (after its final layer norm) passed through
-    the text projection and L2-normalised, from start-of-text to end-of-text inclusive.
-
-    Returns:
-        (pooled, tokens, ids): pooled (N, D) L2-normalised; tokens[i] (L_i, D); ids[i] the L_i token ids.
-    """
-    if len(texts) == 0:
-        return torch.zeros(0, backbone.embed_dim), [], []
-    ids, inverse = tokenize_unique(backbone, texts, prefix)
-    pooled, tokens = _encode_ids(backbone, ids, batch_size, progress, want_tokens=True)
-    return pooled[inverse], [tokens[j] for j in inverse], [ids[j] for j in inverse]
