@@ -105,3 +105,55 @@ def test_plain_ascii_fast_path_equals_the_full_ftfy_cleaning():
         if rng.random() < 0.5:
             text += rng.choice(pieces) + text
         assert clean_caption(text) == full(text), repr(text)
+
+
+def _tokenizer_only(tokenizer, captions):
+    from capeval.tokenization import _encode_with_tokenizer
+
+    return _encode_with_tokenizer(tokenizer, [clean_caption(c) for c in captions])
+
+
+def test_word_lookup_gives_the_tokenizers_ids_on_random_ascii_and_real_captions(clip_tokenizer):
+    import string
+
+    from conftest import BENCHMARKS
+
+    rng = random.Random(1)
+    alphabet = string.ascii_letters + string.digits + " ''''.,;:!?-()[]{}\"/\\|@#$%^*_+=~`<>\t\n\r"
+    captions = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(5000)]
+    captions += ["I'M HERE", "it's", "''s", "'s'", "x's's", "don't-stop", "a<|b", "&amp; too"]
+    token_file = BENCHMARKS / "flickr8k" / "Flickr8k.token.txt"
+    if token_file.is_file():
+        captions += [line.split("\t", 1)[1] for line in token_file.read_text(encoding="utf-8").splitlines()]
+    ours, _ = tokenize_captions(clip_tokenizer, captions, context_length=10**6)
+    assert ours == _tokenizer_only(clip_tokenizer, captions)
+    ours_again, _ = tokenize_captions(clip_tokenizer, captions[::-1], context_length=10**6)  # cached words
+    assert ours_again == ours[::-1]
+
+
+def test_a_full_word_cache_starts_over_and_stays_exact(clip_tokenizer, monkeypatch):
+    import capeval.tokenization as tokenization
+
+    monkeypatch.setattr(tokenization, "_WORD_CACHE_LIMIT", 5)
+    captions = ["a red circle left of a blue square", "two green triangles", "one yellow star ."]
+    for _ in range(2):
+        assert tokenize_captions(clip_tokenizer, captions, 77)[0] == _tokenizer_only(clip_tokenizer, captions)
+
+
+class _PositionalTokenizer:
+    """A tokenizer whose ids depend on a word's position: word lookup cannot reproduce it."""
+
+    bos_token_id, eos_token_id, _tokenizer = 1, 2, None
+
+    def __call__(self, texts, add_special_tokens=True, **_):
+        rows = [[10 * (k + 1) + len(w) for k, w in enumerate(t.lower().split())] for t in texts]
+        return {"input_ids": [[1, *r, 2] if add_special_tokens else r for r in rows]}
+
+
+def test_word_lookup_is_not_used_when_the_probes_disagree():
+    from capeval.tokenization import _word_ids_for
+
+    tokenizer = _PositionalTokenizer()
+    assert _word_ids_for(tokenizer) is None
+    captions = ["a dog runs", "dog a runs fast"]
+    assert tokenize_captions(tokenizer, captions, 77)[0] == [[1, 11, 23, 34, 2], [1, 13, 21, 34, 44, 2]]

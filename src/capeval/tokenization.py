@@ -3,15 +3,19 @@
 The OpenAI tokenizer (``clip/simple_tokenizer.py``) cleans text with ftfy and a double HTML unescape,
 collapses whitespace and lower-cases before BPE. transformers' fast CLIP tokenizer skips the ftfy and
 HTML steps, which changes the ids of curly quotes, ligatures, full-width characters and escaped
-entities; we apply the authors' cleaning first, then the fast BPE. Over-long captions are cut the way
-``clip.tokenize(..., truncate=True)`` cuts them: first ``context_length`` ids, the last set to
-end-of-text, so the pooled embedding still reads the end-of-text position.
+entities; we apply the authors' cleaning first, then the fast BPE. Plain ASCII captions (nearly all)
+need no cleaning and are tokenised word by word from a cache filled by the same fast tokenizer.
+Over-long captions are cut the way ``clip.tokenize(..., truncate=True)`` cuts them: first
+``context_length`` ids, the last set to end-of-text, so the pooled embedding still reads the
+end-of-text position.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import threading
+import weakref
 
 import ftfy
 
@@ -20,6 +24,21 @@ _WHITESPACE = re.compile(r"\s+")
 # Printable ASCII, tab and line breaks, no "&": ftfy and the HTML unescape only turn "\r" into "\n" there,
 # which the whitespace collapse erases, so such captions (nearly all) skip the ~40 us ftfy pass.
 _PLAIN = re.compile(r"[\x20-\x25\x27-\x7e\t\n\r]*")
+
+
+# CLIP's pre-tokenizer (``clip/simple_tokenizer.py``'s pattern, also in transformers' ``tokenizer.json``) cuts text
+# into pieces that never contain or cross whitespace, and BPE runs on each piece alone: a whitespace-separated
+# word has the same ids wherever it occurs. Plain captions are therefore tokenised by looking their words up,
+# each new word encoded once by the tokenizer itself (the authors' tokenizer caches words the same way).
+_WORD_CACHE_LIMIT = 1_000_000  # words kept per tokenizer before the cache starts over
+# Strings the word lookup must tokenise exactly as the tokenizer does before it is used with that tokenizer.
+_PROBES = [
+    "",
+    "a dog's ball, isn't it? they're here; we'll see... I'M YOU'VE THEY'D",
+    "numbers 1234567 and 3.14 and 1,000 x--y ''s 's' (a) [b] {c} ~`@#$%^*_+=|\\/<> \"q\"",
+    "supercalifragilisticexpialidocious " + "x" * 90,
+]
+_word_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def clean_caption(text: str) -> str:
@@ -38,6 +57,89 @@ def with_prefix(text: str, prefix: str | None) -> str:
     return prefix + text if prefix.endswith(" ") else f"{prefix} {text}"
 
 
+def _backend(tokenizer):
+    """The Rust tokenizer behind a transformers fast tokenizer, when it adds special tokens and nothing else."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and backend.truncation is None and backend.padding is None:
+        return backend
+    return None
+
+
+def _encode_with_tokenizer(tokenizer, cleaned: list[str]) -> list[list[int]]:
+    backend = _backend(tokenizer)
+    if backend is not None:
+        # The Rust tokenizer directly: the same ids (special tokens come from its post-processor), without
+        # the per-caption Python objects transformers builds around them.
+        return [e.ids for e in backend.encode_batch(cleaned, add_special_tokens=True)]
+    encoded = tokenizer(cleaned, add_special_tokens=True, truncation=False, padding=False, verbose=False)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+class _WordIds:
+    """Token ids of plain captions from a per-tokenizer cache of their words' ids."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: dict[str, list[int]] = {}
+        self.bos, self.eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+        self.lock = threading.Lock()  # callers on several threads share one cache
+
+    def encode(self, plain: list[str]) -> list[list[int]]:
+        """Ids with start- and end-of-text of printable-ASCII captions without ``&`` or ``<|`` (no cleaning
+        needed: ftfy and the HTML unescape leave them as they are, and splitting drops the whitespace)."""
+        words = [t.lower().split() for t in plain]
+        with self.lock:
+            return self._lookup(words)
+
+    def _lookup(self, words: list[list[str]]) -> list[list[int]]:
+        ids = self.ids
+        missing = list({w: None for ws in words for w in ws if w not in ids})
+        if missing and len(ids) + len(missing) > _WORD_CACHE_LIMIT:
+            ids.clear()
+            missing = list({w: None for ws in words for w in ws})
+        if missing:
+            backend = _backend(self.tokenizer)
+            if backend is not None:
+                found = [e.ids for e in backend.encode_batch(missing, add_special_tokens=False)]
+            else:
+                found = self.tokenizer(missing, add_special_tokens=False, verbose=False)["input_ids"]
+            ids.update(zip(missing, found, strict=True))
+        bos, eos = [self.bos], [self.eos]
+        out = []
+        for ws in words:
+            row = bos.copy()
+            for w in ws:
+                row += ids[w]
+            row += eos
+            out.append(row)
+        return out
+
+
+def _word_ids_for(tokenizer) -> _WordIds | None:
+    """The tokenizer's word cache, or None when word lookup would not reproduce it (checked once)."""
+    try:
+        cached = _word_ids.get(tokenizer, False)
+    except TypeError:  # not weak-referenceable: no cache
+        return None
+    if cached is not False:
+        return cached
+    fast = _WordIds(tokenizer) if tokenizer.bos_token_id is not None else None
+    if fast is not None:
+        probes = [clean_caption(p) for p in _PROBES]
+        if fast.encode(probes) != _encode_with_tokenizer(tokenizer, probes):
+            fast = None
+    _word_ids[tokenizer] = fast
+    return fast
+
+
+def clear_word_cache(tokenizer) -> None:
+    """Forget the words cached for ``tokenizer`` (benchmarks measure the first, uncached pass)."""
+    fast = _word_ids.get(tokenizer) if tokenizer is not None else None
+    if fast is not None:
+        with fast.lock:
+            fast.ids.clear()
+
+
 def tokenize_captions(tokenizer, texts: list[str], context_length: int) -> tuple[list[list[int]], int]:
     """Token ids with start- and end-of-text, truncated as the authors truncate.
 
@@ -49,15 +151,22 @@ def tokenize_captions(tokenizer, texts: list[str], context_length: int) -> tuple
     Returns:
         (ids, n_truncated): one id list per text, none longer than ``context_length``; how many were cut.
     """
-    cleaned = [clean_caption(t) for t in texts]
-    backend = getattr(tokenizer, "_tokenizer", None)
-    if backend is not None and backend.truncation is None and backend.padding is None:
-        # The Rust tokenizer directly: the same ids (special tokens come from its post-processor), without
-        # the per-caption Python objects transformers builds around them.
-        encoded = [e.ids for e in backend.encode_batch(cleaned, add_special_tokens=True)]
-    else:
-        encoded = tokenizer(cleaned, add_special_tokens=True, truncation=False, padding=False, verbose=False)
-        encoded = [list(ids) for ids in encoded["input_ids"]]
+    fast = _word_ids_for(tokenizer)
+    plain_rows, plain, other_rows, other = [], [], [], []
+    for row, text in enumerate(texts):
+        if fast is not None and _PLAIN.fullmatch(text) and "<|" not in text:
+            plain_rows.append(row)
+            plain.append(text)
+        else:
+            other_rows.append(row)
+            other.append(clean_caption(text))
+    encoded: list = [None] * len(texts)
+    if plain:
+        for row, ids in zip(plain_rows, fast.encode(plain), strict=True):
+            encoded[row] = ids
+    if other:
+        for row, ids in zip(other_rows, _encode_with_tokenizer(tokenizer, other), strict=True):
+            encoded[row] = ids
     eos = tokenizer.eos_token_id
     n_truncated = 0
     for row, ids in enumerate(encoded):
