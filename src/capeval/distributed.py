@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from capeval.batching import _progress
+from capeval.batching import _progress, gc_paused
 from capeval.encoding import encode_images, unique_indices
 from capeval.images import image_key
 from capeval.text_encoding import CaptionIds, encode_batches, length_batches
@@ -242,7 +242,8 @@ def sharded_encode_texts(
     if len(texts) == 0:
         return torch.zeros(0, backbone.embed_dim)
     captions = CaptionIds(backbone, texts, prefix)
-    batches = list(length_batches(captions, batch_size))
+    with gc_paused():
+        batches = list(length_batches(captions, batch_size))
     captions.warn_truncated(stacklevel=2)
     mine = batches[state.process_index :: state.num_processes]
     out = torch.zeros(len(captions.ids), backbone.embed_dim)

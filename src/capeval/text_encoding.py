@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from capeval.backbones import Backbone
-from capeval.batching import BATCH_SIZE, _BatchSize, _progress, run_with_backoff, unique_indices
+from capeval.batching import BATCH_SIZE, _BatchSize, _progress, gc_paused, run_with_backoff, unique_indices
 from capeval.tokenization import tokenize_captions, with_prefix
 
 FIRST_WINDOW = 1024  # distinct captions tokenised before the first forward pass
@@ -119,8 +119,9 @@ def tokenize_unique(
     Warns once with the count of captions cut to the context length.
     """
     captions = CaptionIds(backbone, texts, prefix)
-    for window in tokenize_windows(len(captions.strings), BATCH_SIZE):
-        captions.add(window, captions.tokenize(window))
+    with gc_paused():
+        for window in tokenize_windows(len(captions.strings), BATCH_SIZE):
+            captions.add(window, captions.tokenize(window))
     captions.warn_truncated(stacklevel=2)
     return captions.ids, captions.inverse
 
@@ -133,21 +134,25 @@ def length_batches(captions: CaptionIds, batch_size: int, background: bool = Fal
     """
     windows = tokenize_windows(len(captions.strings), batch_size)
 
-    def cut(new: list[int]) -> list[list[int]]:
+    def prepare(window: range) -> list[list[int]]:
+        # Tokenising, de-duplicating and sorting all happen here, on the background thread when there is one:
+        # the thread feeding the model is left only padding and the forward passes.
+        new = captions.add(window, captions.tokenize(window))
         order = sorted(new, key=lambda i: len(captions.ids[i]))
         return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
     if not background or len(windows) < 2:
         for window in windows:
-            yield from cut(captions.add(window, captions.tokenize(window)))
+            yield from prepare(window)
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="capeval-tokenize") as pool:
-        ahead = [pool.submit(captions.tokenize, w) for w in windows[:AHEAD]]
-        for k, window in enumerate(windows):
-            tokenized = ahead.pop(0).result()
+        # One worker: windows are prepared in order, so ``captions.ids`` grows in the same order either way.
+        ahead = [pool.submit(prepare, w) for w in windows[:AHEAD]]
+        for k in range(len(windows)):
+            batches = ahead.pop(0).result()
             if k + AHEAD < len(windows):
-                ahead.append(pool.submit(captions.tokenize, windows[k + AHEAD]))
-            yield from cut(captions.add(window, tokenized))
+                ahead.append(pool.submit(prepare, windows[k + AHEAD]))
+            yield from batches
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +229,7 @@ def _encode_all(backbone: Backbone, texts: Sequence[str], prefix, batch_size, pr
     captions = CaptionIds(backbone, texts, prefix)
     # On the CPU the model and the tokenizer would share the same cores: no thread there.
     background = backbone.device.type != "cpu"
-    with _progress(len(captions.strings), "captions", progress) as bar:
+    with gc_paused(), _progress(len(captions.strings), "captions", progress) as bar:
         batches = length_batches(captions, batch_size, background=background)
         positions, emb, toks = encode_batches(backbone, captions.ids, batches, batch_size, want_tokens, bar)
         bar.update(bar.total - bar.n)  # strings that shared another string's ids
