@@ -120,3 +120,26 @@ def test_two_ranks_share_out_the_single_process_batches_exactly(backbone, monkey
     # each row comes from one rank, the other left it zero: the all-reduce sum is exact
     assert all(((parts[0] != 0).any(1) ^ (parts[1] != 0).any(1)).tolist())
     assert (parts[0] + parts[1]).equal(encode_texts(backbone, texts, prefix=PREFIX, batch_size=64))
+
+
+def test_garbage_collection_is_paused_while_tokenising_and_restored_after(backbone, monkeypatch):
+    import gc
+
+    from capeval.batching import gc_paused
+
+    seen = []
+    real = CaptionIds.tokenize
+    monkeypatch.setattr(CaptionIds, "tokenize", lambda self, w: seen.append(gc.isenabled()) or real(self, w))
+    assert gc.isenabled()
+    encode_texts(backbone, _captions(1500), prefix=PREFIX, batch_size=256)
+    assert seen == [False, False] and gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"), gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
