@@ -17,15 +17,14 @@ import torch
 from capeval.backbones import Backbone
 from capeval.encoding import (
     _default_workers,
-    _process_batches,
-    _thread_batches,
-    _use_processes,
     encode_images,
     encode_texts,
+    image_reader,
     pad_batch,
     tokenize_unique,
 )
 from capeval.perf.workload import _caption, draw_photo_like
+from capeval.tokenization import clear_word_cache
 
 
 def make_jpeg_corpus(root: str | Path, n_files: int, n_distinct: int = 256, seed: int = 0) -> list[str]:
@@ -59,11 +58,16 @@ def _sync(bb: Backbone) -> None:
 
 
 def pool_images_per_s(
-    paths: list[str], size: int, device: torch.device, batch_size: int, num_workers: int | None = None
+    paths: list[str],
+    size: int,
+    device: torch.device,
+    batch_size: int,
+    num_workers: int | None = None,
+    reader: str | None = None,
 ) -> float:
     """Decode + pre-process throughput of the reader ``encode_images`` would use, with no model."""
     workers = num_workers or _default_workers(device)
-    read = _process_batches if _use_processes(device, len(paths), batch_size, workers) else _thread_batches
+    read = image_reader(reader, device, len(paths), batch_size, workers)
     start = time.perf_counter()
     for _ in read(paths, list(range(len(paths))), size, batch_size, workers, device.type == "cuda"):
         pass
@@ -85,15 +89,17 @@ def forward_images_per_s(bb: Backbone, n: int, batch_size: int) -> float:
 
 
 def end_to_end_images_per_s(
-    bb: Backbone, paths: list[str], batch_size: int, num_workers: int | None = None
+    bb: Backbone, paths: list[str], batch_size: int, num_workers: int | None = None, reader: str | None = None
 ) -> float:
     start = time.perf_counter()
-    encode_images(bb, paths, batch_size=batch_size, num_workers=num_workers, progress=False)
+    encode_images(bb, paths, batch_size=batch_size, num_workers=num_workers, progress=False, reader=reader)
     _sync(bb)
     return len(paths) / (time.perf_counter() - start)
 
 
 def tokenize_captions_per_s(bb: Backbone, captions: list[str], prefix: str = "A photo depicts") -> float:
+    """Tokenising alone, as a fresh process would (no word cached from an earlier run)."""
+    clear_word_cache(bb.tokenizer)
     start = time.perf_counter()
     tokenize_unique(bb, captions, prefix)
     return len(captions) / (time.perf_counter() - start)
@@ -120,6 +126,7 @@ def forward_captions_per_s(
 
 
 def end_to_end_captions_per_s(bb: Backbone, captions: list[str], batch_size: int) -> float:
+    clear_word_cache(bb.tokenizer)
     start = time.perf_counter()
     encode_texts(bb, captions, prefix="A photo depicts", batch_size=batch_size, progress=False)
     _sync(bb)
