@@ -119,9 +119,9 @@ def tokenize_unique(
     Warns once with the count of captions cut to the context length.
     """
     captions = CaptionIds(backbone, texts, prefix)
+    everything = range(len(captions.strings))
     with gc_paused():
-        for window in tokenize_windows(len(captions.strings), BATCH_SIZE):
-            captions.add(window, captions.tokenize(window))
+        captions.add(everything, captions.tokenize(everything))
     captions.warn_truncated(stacklevel=2)
     return captions.ids, captions.inverse
 
