@@ -55,3 +55,17 @@ def tiny_clip_dir_b(tmp_path_factory) -> Path:
     from capeval.testing.tiny_clip import build_tiny_clip
 
     return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip-b"), seed=1, image_size=48, patch_size=16)
+
+
+@pytest.fixture
+def uploads():
+    """A fresh folder inside Gradio's upload folder, as if files had been uploaded there."""
+    import shutil
+    import uuid
+
+    from capeval.demo.uploads import upload_folder
+
+    folder = upload_folder() / f"capeval-test-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import uuid
 
 import gradio as gr
 import httpx
@@ -27,17 +25,7 @@ from capeval.demo.uploads import (
     check_image_header,
     check_uploaded_file,
     check_video_header,
-    upload_folder,
 )
-
-
-@pytest.fixture
-def uploads():
-    """A fresh folder inside Gradio's upload folder, as if files had been uploaded there."""
-    folder = upload_folder() / f"capeval-test-{uuid.uuid4().hex}"
-    folder.mkdir(parents=True)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ shapes CLIP, whose scores mean something: the right caption of a drawing must wi
 from __future__ import annotations
 
 import shutil
-import uuid
 
 import numpy as np
 import pytest
@@ -23,7 +22,6 @@ from capeval.demo.examples import (
 )
 from capeval.demo.panels_text import transport_flows
 from capeval.demo.panels_video import token_frame_similarity
-from capeval.demo.uploads import upload_folder
 from capeval.modules import METRICS
 from capeval.testing.shapes import caption, draw_frames, shapes_clip_path
 
@@ -35,14 +33,6 @@ TEXT_CANDIDATES = [
     "a dog sleeps on a sofa",
 ]
 TEXT_REFERENCES = ["a man riding a brown horse along the shore", "someone on horseback at the beach"]
-
-
-@pytest.fixture
-def uploads():
-    folder = upload_folder() / f"capeval-test-{uuid.uuid4().hex}"
-    folder.mkdir(parents=True)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
