@@ -194,6 +194,16 @@ def all_captions() -> list[str]:
     return [caption(s) for s in all_scenes()]
 
 
+def _fill(template: str, scene: Scene, shape_word: str, position: str) -> str:
+    return template.format(
+        a=f"{_article(scene.color)} {scene.color} {shape_word}",
+        ac=_article(shape_word),
+        c=scene.color,
+        s=shape_word,
+        p=position,
+    )
+
+
 def paraphrases(scene: Scene) -> list[str]:
     """Every other wording of the scene that ``paraphrase`` can return (the canonical caption excluded)."""
     canonical = caption(scene)
@@ -201,13 +211,7 @@ def paraphrases(scene: Scene) -> list[str]:
     for template in _TEMPLATES:
         for shape_word in _SHAPE_ALTERNATIVES[scene.shape]:
             for pos in (_POSITION_PHRASES[scene.position], *_POSITION_ALTERNATIVES[scene.position]):
-                text = template.format(
-                    a=f"{_article(scene.color)} {scene.color} {shape_word}",
-                    ac=_article(shape_word),
-                    c=scene.color,
-                    s=shape_word,
-                    p=pos,
-                )
+                text = _fill(template, scene, shape_word, pos)
                 if text != canonical and text not in out:
                     out.append(text)
     return out
@@ -219,13 +223,7 @@ def paraphrase(scene: Scene, rng: Any = None) -> str:
     template = r.choice(_TEMPLATES)
     shape_word = r.choice(_SHAPE_ALTERNATIVES[scene.shape])
     pos = r.choice((_POSITION_PHRASES[scene.position], *_POSITION_ALTERNATIVES[scene.position]))
-    text = template.format(
-        a=f"{_article(scene.color)} {scene.color} {shape_word}",
-        ac=_article(shape_word),
-        c=scene.color,
-        s=shape_word,
-        p=pos,
-    )
+    text = _fill(template, scene, shape_word, pos)
     if text == caption(scene):
         # The first template with the canonical position phrase reproduces the caption: use its variant.
         text = f"there is {text}"
