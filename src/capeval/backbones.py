@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,8 +241,12 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a per-tensor "Loading weights" bar is noise for a metric
     try:
-        clip = CLIPModel.from_pretrained(source, config=config)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        # Explicit, so no transformers default can change it: pickled weights are read tensors-only, and no
+        # code shipped with a model or tokenizer runs.
+        clip = CLIPModel.from_pretrained(source, config=config, weights_only=True, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except pickle.UnpicklingError as err:
+        raise _weights_refusal(folder, err) from err
     except OSError as err:
         if source == model and not Path(model).exists():
             raise OSError(_offline_help(model)) from err
@@ -270,6 +275,18 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         context_length=int(config.text_config.max_position_embeddings),
         weights=weights_tag,
     )
+
+
+def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
+    """The refused pickled weights file of a model folder, with the globals it would have needed."""
+    from capeval.checkpoints.files import unpickling_refusal
+
+    hint = "Use the model's safetensors weights (model.safetensors), or re-save them from a trusted copy."
+    for path in sorted(folder.glob("*.bin")):
+        refusal = unpickling_refusal(path, err, hint)
+        if str(refusal).startswith("refused"):
+            return refusal
+    return ValueError(f"model folder {folder}: its weights could not be read with weights_only=True ({err})")
 
 
 def clear_cache() -> None:

@@ -33,6 +33,23 @@ def _unsafe_globals(path: Path, message: str) -> list[str]:
         return re.findall(r"GLOBAL ([\w.]+)", message)
 
 
+_PACS_HINT = (
+    "A PAC-S checkpoint needs only tensors: re-save its state dict from a trusted copy, or use a converted "
+    "(safetensors) model."
+)
+
+
+def unpickling_refusal(path: Path, err: pickle.UnpicklingError, hint: str = _PACS_HINT) -> ValueError:
+    """The error for a file that ``torch.load(weights_only=True)`` refused: the globals it would need, named."""
+    names = _unsafe_globals(path, str(err))
+    if names and not any(n.startswith("torch.") for n in names):
+        return ValueError(
+            f"refused to load {path}: unpickling it needs {', '.join(names)}, which can run arbitrary code, "
+            f"and capeval reads weights with torch.load(weights_only=True); nothing in the file was executed. {hint}"
+        )
+    return ValueError(f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})")
+
+
 def torch_load_weights(path: str | Path):
     """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong.
 
@@ -52,17 +69,7 @@ def torch_load_weights(path: str | Path):
                     raise
                 return torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
     except pickle.UnpicklingError as err:
-        names = _unsafe_globals(path, str(err))
-        if names and not any(n.startswith("torch.") for n in names):
-            raise ValueError(
-                f"refused to load {path}: unpickling it needs {', '.join(names)}, which can run arbitrary code, "
-                "and capeval reads checkpoints with torch.load(weights_only=True); nothing in the file was "
-                "executed. A PAC-S checkpoint needs only tensors: re-save its state dict from a trusted copy, "
-                "or use a converted (safetensors) model."
-            ) from err
-        raise ValueError(
-            f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
-        ) from err
+        raise unpickling_refusal(path, err) from err
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as err:
         raise ValueError(
             f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"

@@ -16,8 +16,9 @@ that go into signatures). ``spec`` is one of:
   ``huggingface_hub.hf_hub_download`` (and its cache).
 - a gensim ``KeyedVectors`` object or a ``WordVectors``.
 
-gensim pickles are read with an unpickler that only builds gensim, numpy and plain container classes, so a
-vectors file cannot run code. Text and word2vec binary files cannot be memory-mapped; save them once with
+No vectors file can run code: gensim pickles are read by ``capeval.text.gensim_pickle`` (an exact allow-list
+of gensim, numpy and container classes; sidecars through numpy with ``allow_pickle=False``), and every other
+format holds only numbers and words. Text and word2vec binary files cannot be memory-mapped; save them once with
 ``KeyedVectors.save("x.kv")`` to load them mapped afterwards.
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import pickle
 import re
@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from capeval.text.gensim_pickle import UnsafeVectorsFile, load_gensim_vectors
 
 DEFAULT_VECTORS = "glove-6b-50d"
 # Hub repos of gensim vectors (gensim-data models re-published by the fse project), by their gensim-data names.
@@ -201,7 +203,7 @@ def _load_npy_parquet(npy: Path, parquet: Path, name: str) -> WordVectors:
     from gensim.models import KeyedVectors
 
     try:
-        matrix = np.load(npy, mmap_mode="r")
+        matrix = np.load(npy, mmap_mode="r", allow_pickle=False)
         table = pq.read_table(parquet)
     except (ValueError, OSError, EOFError) as e:
         raise ValueError(f"vectors {npy} / {parquet}: truncated or corrupt ({e})") from e
@@ -233,6 +235,8 @@ def _load_path(path: Path, name: str, fingerprint: str | None = None) -> WordVec
     fingerprint = fingerprint or _file_fingerprint(path)
     try:
         kv = _read(path, fmt)
+    except UnsafeVectorsFile as e:
+        raise ValueError(f"vectors {path}: {e}") from e
     except ValueError as e:
         if str(e).startswith(f"vectors {path}"):
             raise
@@ -260,7 +264,7 @@ def _read(path: Path, fmt: str):
 
         return load_facebook_vectors(str(path))
     if fmt == "gensim":
-        return _safe_gensim_load(path)
+        return load_gensim_vectors(path)
     raise ValueError(f"vectors {path}: unknown format {fmt!r}")
 
 
@@ -337,60 +341,6 @@ def _from_keyed_vectors(kv) -> WordVectors:
     h.update(np.ascontiguousarray(flat[-(1 << 18) :]).tobytes())
     h.update("\n".join(kv.index_to_key[:1000] + kv.index_to_key[-1000:]).encode())
     return WordVectors(kv, f"keyedvectors-{type(kv).__name__}", h.hexdigest()[:10])
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Builds only gensim classes, numpy arrays and plain containers: a vectors file cannot run code."""
-
-    _NUMPY = {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
-    _BUILTINS = {"set", "frozenset", "dict", "list", "tuple", "slice", "complex", "bytearray", "object"}
-
-    def find_class(self, module: str, name: str):
-        if (module, name) in self._NUMPY or (module in {"copyreg", "copy_reg"} and name == "_reconstructor"):
-            return super().find_class(module, name)
-        if module in {"builtins", "__builtin__"} and name in self._BUILTINS:
-            return super().find_class(module, name)
-        if module == "collections" and name in {"OrderedDict", "defaultdict"}:
-            return super().find_class(module, name)
-        if module.startswith("numpy") and name.endswith("DType"):
-            return super().find_class(module, name)
-        if module == "gensim" or module.startswith("gensim."):
-            obj = super().find_class(module, name)
-            if isinstance(obj, type):
-                return obj
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a vectors file")
-
-
-def _safe_gensim_load(path: Path):
-    """``KeyedVectors.load(path, mmap="r")`` with the restricted unpickler (gensim's own uses plain pickle)."""
-    from gensim.utils import SaveLoad
-
-    compress, subname = SaveLoad._adapt_by_suffix(str(path))
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    obj = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
-    if not (hasattr(obj, "_load_specials")):
-        raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim vectors")
-    obj._load_specials(str(path), None if compress else "r", compress, subname)
-    kv = getattr(obj, "wv", obj)  # a whole Word2Vec/FastText model: its KeyedVectors
-    if not hasattr(kv, "key_to_index"):
-        raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim KeyedVectors")
-    vecs = kv.vectors
-    if vecs is None or vecs.ndim != 2 or vecs.shape[0] < len(kv.index_to_key):
-        raise ValueError(
-            f"vectors {path}: {0 if vecs is None else vecs.shape[0]} vectors for {len(kv.index_to_key)} words"
-        )
-    return kv
 
 
 def _load_from_hub(spec: str) -> WordVectors:

@@ -1,0 +1,268 @@
+"""No file runs code: crafted vectors files, sidecars, checkpoints and model folders are refused by name, and
+the marker each payload would create never appears."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from capeval.text.vectors import clear_cache, load_vectors
+from tests.pickle_payloads import Apply, Call, Ref, build, dumps
+
+WORDS = ["dog", "cat", "runs"]
+
+
+def _payloads(marker: Path, evil_pickle: Path) -> dict[str, object]:
+    """Pickled calls that would each create ``marker`` (or ``marker.npy``) if anything resolved them."""
+    m = str(marker)
+    touch = [sys.executable, "-c", f"open({m!r}, 'w').close()"]
+    return {
+        "dotted name through gensim.utils": Call("gensim.utils", "subprocess.check_call", (touch,)),
+        "Popen through gensim.utils": Call("gensim.utils", "subprocess.Popen", (touch,)),
+        "os.system": Call("os", "system", (f"touch {m}",)),
+        "posix.system": Call("posix", "system", (f"touch {m}",)),
+        "builtins.exec": Call("builtins", "exec", (f"open({m!r}, 'w').close()",)),
+        "builtins.open": Call("builtins", "open", (m, "w")),
+        "getattr of __import__": Apply(
+            Call("builtins", "getattr", (Call("builtins", "__import__", ("os",)), "system")), (f"touch {m}",)
+        ),
+        "numpy reached through a gensim module": Call("gensim.models.keyedvectors", "np.save", (m, [1])),
+        "gensim's own plain-pickle loader through an allowed class": Call(
+            "gensim.models.keyedvectors", "KeyedVectors.load", (str(evil_pickle),)
+        ),
+        "an allowed function's globals": Call(
+            "numpy._core.multiarray", "_reconstruct.__globals__.get", ("__builtins__",)
+        ),
+        "copyreg reconstructor": Call(
+            "copyreg", "_reconstructor", (Ref("pathlib", "Path"), Ref("builtins", "object"), None)
+        ),
+        "subprocess directly": Call("subprocess", "check_call", (touch,)),
+    }
+
+
+def _raw_exploit(marker: Path, protocol: int = 4) -> bytes:
+    return dumps(Call("os", "system", (f"touch {marker}",)), protocol=protocol)
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    marker = tmp_path / "code-was-run"
+    evil_pickle = tmp_path / "plain.pkl"
+    evil_pickle.write_bytes(_raw_exploit(marker))
+    clear_cache()
+    yield marker, evil_pickle
+    clear_cache()
+
+
+def _assert_nothing_ran(marker: Path) -> None:
+    time.sleep(0.2)  # a Popen child would have created it by now
+    assert not any(marker.parent.glob(marker.name + "*")), "a payload ran"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "dotted name through gensim.utils",
+        "Popen through gensim.utils",
+        "os.system",
+        "posix.system",
+        "builtins.exec",
+        "builtins.open",
+        "getattr of __import__",
+        "numpy reached through a gensim module",
+        "gensim's own plain-pickle loader through an allowed class",
+        "an allowed function's globals",
+        "copyreg reconstructor",
+        "subprocess directly",
+    ],
+)
+@pytest.mark.parametrize("where", ["whole file", "inside KeyedVectors state"])
+def test_vectors_pickle_payloads_are_refused_and_nothing_runs(tmp_path, hostile, case, where):
+    marker, evil_pickle = hostile
+    payload = _payloads(marker, evil_pickle)[case]
+    path = tmp_path / "evil.kv"
+    if where == "whole file":
+        path.write_bytes(dumps(payload))
+    else:
+        kv = Ref("gensim.models.keyedvectors", "KeyedVectors")
+        path.write_bytes(build(kv, {"index_to_key": WORDS, "key_to_index": {}, "vector_size": payload}))
+    with pytest.raises(ValueError, match=r"evil\.kv: refusing to load .*nothing in the file was executed"):
+        load_vectors(path)
+    _assert_nothing_ran(marker)
+
+
+def test_protocol_0_and_persistent_id_pickles_are_refused(tmp_path, hostile):
+    marker, _ = hostile
+    text = tmp_path / "p0.kv"
+    text.write_bytes(f"cos\nsystem\n(Vtouch {marker}\ntR.".encode())
+    # Only protocol 2+ pickles (first byte 0x80) are read as gensim files at all.
+    with pytest.raises(ValueError, match=r"p0\.kv: unknown vector format"):
+        load_vectors(text)
+    pid = tmp_path / "pid.kv"
+    pid.write_bytes(b"\x80\x04" + b"\x8c\x04evil" + b"Q.")  # BINPERSID
+    with pytest.raises(ValueError, match=r"pid\.kv: refusing the persistent id"):
+        load_vectors(pid)
+    _assert_nothing_ran(marker)
+
+
+def _kv_state(**extra) -> dict:
+    return {
+        "index_to_key": WORDS,
+        "key_to_index": {w: i for i, w in enumerate(WORDS)},
+        "vector_size": 4,
+        **extra,
+    }
+
+
+def test_sparse_sidecar_that_gensim_would_unpickle_is_refused(tmp_path, hostile):
+    marker, _ = hostile
+    path = tmp_path / "side.kv"
+    path.write_bytes(
+        build(Ref("gensim.models.keyedvectors", "KeyedVectors"), _kv_state(__scipys=["vectors"]))
+    )
+    # gensim's SaveLoad would unpickle this file with plain pickle.
+    (tmp_path / "side.kv.vectors.npy").write_bytes(_raw_exploit(marker))
+    with pytest.raises(ValueError, match=r"side\.kv: refusing sparse sidecars \['vectors'\]"):
+        load_vectors(path)
+    _assert_nothing_ran(marker)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_object_array_sidecar_is_refused_by_numpy(tmp_path, hostile, compressed):
+    marker, _ = hostile
+    name = "obj.kv.gz" if compressed else "obj.kv"
+    path = tmp_path / name
+    pickled = build(Ref("gensim.models.keyedvectors", "KeyedVectors"), _kv_state(__numpys=["vectors"]))
+    if compressed:
+        import gzip
+
+        pickled = gzip.compress(pickled)
+    path.write_bytes(pickled)
+    header = b"{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    header += b" " * (118 - len(header)) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + _raw_exploit(marker)
+    if compressed:  # gensim's layout for .gz files: <file>.vectors.npz holding "val"
+        with zipfile.ZipFile(tmp_path / f"{name}.vectors.npz", "w") as z:
+            z.writestr("val.npy", npy)
+    else:
+        (tmp_path / f"{name}.vectors.npy").write_bytes(npy)
+    with pytest.raises(ValueError, match=rf"{name} .*truncated or corrupt.*(Python objects|allow_pickle)"):
+        load_vectors(path)
+    _assert_nothing_ran(marker)
+
+
+@pytest.mark.parametrize(
+    "key, name",
+    [("__numpys", "../../../etc/x"), ("__ignoreds", "a.b"), ("__recursive_saveloads", "__class__")],
+)
+def test_sidecar_names_that_are_not_identifiers_are_refused(tmp_path, key, name):
+    path = tmp_path / "names.kv"
+    path.write_bytes(build(Ref("gensim.models.keyedvectors", "KeyedVectors"), _kv_state(**{key: [name]})))
+    with pytest.raises(ValueError, match=r"names\.kv: refusing sidecar attribute"):
+        load_vectors(path)
+
+
+def test_recursive_sidecar_must_point_at_vectors(tmp_path):
+    path = tmp_path / "rec.kv"
+    path.write_bytes(
+        build(
+            Ref("gensim.models.keyedvectors", "KeyedVectors"),
+            _kv_state(__recursive_saveloads=["norms"], norms=[1]),
+        )
+    )
+    with pytest.raises(ValueError, match=r"rec\.kv: refusing sidecar attribute 'norms': a list"):
+        load_vectors(path)
+
+
+def test_a_pickle_of_an_allowed_non_vectors_object_is_not_vectors(tmp_path):
+    path = tmp_path / "dict.kv"
+    path.write_bytes(dumps({"vectors": [1, 2]}))
+    with pytest.raises(ValueError, match=r"dict\.kv: a pickle of dict, not gensim vectors"):
+        load_vectors(path)
+
+
+@pytest.mark.parametrize("sep_limit", [0, 10**9])
+@pytest.mark.parametrize("kind", ["word2vec", "fasttext"])
+def test_whole_gensim_models_still_load_their_vectors(tmp_path, kind, sep_limit):
+    from gensim.models import FastText, Word2Vec
+
+    sentences = [["a", "dog", "runs", "on", "grass"], ["a", "cat", "sleeps", "on", "a", "sofa"]] * 20
+    cls = FastText if kind == "fasttext" else Word2Vec
+    extra = {"bucket": 1000} if kind == "fasttext" else {}
+    model = cls(sentences, vector_size=8, window=2, min_count=1, epochs=2, seed=0, workers=1, **extra)
+    path = tmp_path / f"{kind}.model"
+    model.save(str(path), sep_limit=sep_limit)
+    wv = load_vectors(path)
+    for word in ("dog", "sofa"):
+        np.testing.assert_array_equal(wv.keyed_vectors[word], model.wv[word])
+    if kind == "fasttext":
+        np.testing.assert_allclose(wv.embed(["doggo"])[0], model.wv["doggo"], rtol=1e-6, atol=1e-6)
+
+
+def test_compressed_keyedvectors_with_npz_sidecar_load(tmp_path):
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(vector_size=4, count=0)
+    kv.add_vectors(WORDS, np.arange(12, dtype=np.float32).reshape(3, 4))
+    path = tmp_path / "small.kv.gz"
+    kv.save(str(path), sep_limit=0)
+    assert (tmp_path / "small.kv.gz.vectors.npz").exists()
+    np.testing.assert_array_equal(load_vectors(path).keyed_vectors["cat"], kv["cat"])
+
+
+def _torch_zip_with(tmp_path: Path, name: str, payload: bytes) -> Path:
+    """A real ``torch.save`` zip whose ``data.pkl`` is replaced by ``payload``."""
+    src = tmp_path / "real.pt"
+    torch.save({"x": 1}, src)
+    out = tmp_path / name
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = payload if info.filename.endswith("/data.pkl") else zin.read(info)
+            zout.writestr(info, data)
+    return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["dotted name through gensim.utils", "builtins.open", "getattr of __import__", "subprocess directly"],
+)
+def test_checkpoint_payloads_are_refused_and_nothing_runs(tmp_path, hostile, case):
+    from capeval.checkpoints import read_state_dict
+
+    marker, evil_pickle = hostile
+    # torch's weights-only unpickler knows only GLOBAL (protocol 2), the layout torch.save writes.
+    payload = dumps({"state_dict": {"w": _payloads(marker, evil_pickle)[case]}}, protocol=2)
+    for path in (_torch_zip_with(tmp_path, "evil.pth", payload), tmp_path / "legacy.pth"):
+        if path.name == "legacy.pth":
+            path.write_bytes(payload)
+        with pytest.raises(
+            ValueError, match=rf"refused to load .*{path.name}: unpickling it needs .*nothing"
+        ):
+            read_state_dict(path)
+    _assert_nothing_ran(marker)
+
+
+def test_model_folder_with_a_pickled_weights_file_runs_nothing(tmp_path, tiny_clip_dir, hostile):
+    from capeval.backbones import clear_cache as clear_backbones
+    from capeval.backbones import load_backbone
+
+    marker, _ = hostile
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_clip_dir, folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(
+        _torch_zip_with(tmp_path, "w.bin", _raw_exploit(marker, protocol=2)).read_bytes()
+    )
+    clear_backbones()
+    with pytest.raises(
+        ValueError, match=r"pytorch_model\.bin.*(os|posix)\.system.*nothing in the file was executed"
+    ):
+        load_backbone(str(folder), device="cpu")
+    _assert_nothing_ran(marker)
