@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import capeval
-from capeval.backbones import load_backbone
+from capeval.clip.backbones import load_backbone
 from capeval.perf import pipelines
 from capeval.perf.models import build_benchmark_clip
 from capeval.perf.timing import markdown_table, median, time_interleaved

@@ -19,7 +19,7 @@ import torch
 import transformers
 
 import capeval
-from capeval.backbones import load_backbone
+from capeval.clip.backbones import load_backbone
 from capeval.perf import throughput as tp
 from capeval.perf.models import build_benchmark_clip
 from capeval.perf.timing import markdown_table

@@ -17,8 +17,8 @@ from capeval.perf.timing import markdown_table
 
 CHILD = """
 import json, resource, sys, time, torch
-from capeval.backbones import load_backbone
-from capeval.encoding import encode_images
+from capeval.clip.backbones import load_backbone
+from capeval.clip.image_encoding import encode_images
 model, device, dtype, batch, paths = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5])
 bb = load_backbone(model, device=device, dtype=dtype)
 rss_model = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.backbones import load_backbone
+from capeval.clip.backbones import load_backbone
 from capeval.perf import throughput as tp
 from capeval.perf.simulated import simulated_backbone
 from capeval.perf.timing import markdown_table

@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
 
     from capeval.text import bench
-    from capeval.text.wembsim import WEmbSim
-    from capeval.text.wmd import WMD
+    from capeval.wembsim import WEmbSim
+    from capeval.wmd import WMD
 
     wmd = WMD(vectors=args.vectors, normalize_vectors=args.normalize_vectors)
     wembsim = WEmbSim(vectors=args.vectors, normalize_vectors=args.normalize_vectors)

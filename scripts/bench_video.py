@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Video decoding speed for EMScore: capeval.video against decoding and converting every frame.
+"""Video decoding speed for EMScore: capeval.clip.video against decoding and converting every frame.
 
 Writes a synthetic H.264 clip (moving shapes over a gradient, 30 fps), then times, interleaved and repeated
 (medians reported):
@@ -31,7 +31,7 @@ import numpy as np
 
 
 def synthetic_clip(path: Path, width: int, height: int, n: int, fps: int = 30) -> Path:
-    from capeval.video import write_video
+    from capeval.clip.video import write_video
 
     yy, xx = np.mgrid[0:height, 0:width]
     base = np.stack([(xx * 255 // max(width - 1, 1)), (yy * 255 // max(height - 1, 1)), (xx + yy) % 256], -1)
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     import av
     from PIL import Image
 
-    from capeval.images import resize_and_crop
-    from capeval.video import decode_video, sample_indices
+    from capeval.clip.images import resize_and_crop
+    from capeval.clip.video import decode_video, sample_indices
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.video:

@@ -20,8 +20,10 @@ import sys
 
 import torch
 
-from capeval.checkpoints import PROVENANCE_FILE, read_model_folder
-from capeval.pacscore import convert_pacscore_checkpoint, push_converted, write_model_card
+from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint, write_model_card
+from capeval.clip.checkpoints.files import read_model_folder
+from capeval.clip.checkpoints.locate import PROVENANCE_FILE
+from capeval.integrations.hub import push_converted
 
 
 def main(argv: list[str] | None = None) -> int:

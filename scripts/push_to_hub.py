@@ -1,4 +1,4 @@
-"""Create or update one Hugging Face Space per metric under an organisation (capeval.publish).
+"""Create or update one Hugging Face Space per metric under an organisation (capeval.integrations.hub).
 
 Each Space holds the evaluate module and its card (metrics/<name>/), the demo (spaces/<name>/app.py) and a
 requirements.txt pinning this package's release or a commit, so that evaluate.load("<org>/<name>") and the
@@ -20,8 +20,8 @@ import argparse
 import sys
 import tempfile
 
-from capeval.modules import METRICS
-from capeval.publish import REPO_URL, parse_variables, push_spaces, requirement
+from capeval.integrations.hub import REPO_URL, parse_variables, push_spaces, requirement
+from capeval.registry import METRICS
 
 
 def main(argv: list[str] | None = None) -> int:

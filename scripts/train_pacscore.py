@@ -18,7 +18,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from capeval.tokenization import PREFIX
+from capeval.clip.tokenization import PREFIX
 from capeval.training import BATCH_SIZE, LAMBDA_T, LAMBDA_V, LR, PATIENCE, PACSTrainConfig, train_pacs
 from capeval.training.pacs import COLUMNS
 

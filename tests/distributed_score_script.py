@@ -2,7 +2,7 @@
 
 ``python distributed_score_script.py MODEL OUT_DIR single`` scores with the plain API;
 ``torchrun --nproc_per_node 2 distributed_score_script.py MODEL OUT_DIR sharded`` scores with
-``capeval.distributed.score_distributed``. Each process writes ``OUT_DIR/<mode>-rank<r>.json`` with the
+``capeval.corpus.distributed.score_distributed``. Each process writes ``OUT_DIR/<mode>-rank<r>.json`` with the
 results and how many images and captions it encoded itself.
 """
 
@@ -33,7 +33,7 @@ def main() -> None:
     model, out_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.set_num_threads(1)  # two processes share two cores; the same in both modes
     import capeval
-    import capeval.distributed as dist_api
+    import capeval.corpus.distributed as dist_api
 
     captions, images, references, videos = workload()
     options = dict(model=model, batch_size=4, progress=False)

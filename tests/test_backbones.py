@@ -8,8 +8,10 @@ import torch
 from PIL import Image
 
 import capeval
-from capeval.backbones import load_backbone, resolve_device, resolve_dtype
-from capeval.encoding import encode_images, encode_texts, run_with_backoff
+from capeval.clip.backbones import load_backbone, resolve_device, resolve_dtype
+from capeval.clip.batching import run_with_backoff
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.text_encoding import encode_texts
 
 
 def test_a_backbone_is_loaded_once_per_process_and_reused(tiny_clip_dir):
@@ -137,7 +139,7 @@ def test_texts_are_padded_to_the_longest_in_the_batch_not_77(tiny_clip_dir, monk
 
 
 def test_process_readers_give_the_same_embeddings_and_name_bad_images(tiny_clip_dir, monkeypatch, tmp_path):
-    import capeval.encoding as encoding
+    import capeval.clip.image_encoding as encoding
 
     bb = load_backbone(str(tiny_clip_dir))
     rng = np.random.RandomState(2)

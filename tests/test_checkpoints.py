@@ -17,17 +17,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import clear_cache, load_backbone
-from capeval.checkpoints import (
+from capeval.clip.backbones import clear_cache, load_backbone
+from capeval.clip.checkpoints.files import read_state_dict
+from capeval.clip.checkpoints.layout import (
     CheckpointWarning,
     ClipGeometry,
     base_model_for,
     check_architecture,
     convert_openai_state_dict,
-    read_state_dict,
-    resolve_checkpoint,
 )
-from capeval.encoding import encode_texts
+from capeval.clip.checkpoints.locate import resolve_checkpoint
+from capeval.clip.text_encoding import encode_texts
 from capeval.testing.openai_reference import model_module, openai_tokenize
 from capeval.testing.tiny_clip import build_tiny_clip, tiny_clip_config
 

@@ -12,7 +12,7 @@ from authors_reference import authors_clip_s, authors_refclip_s
 from PIL import Image
 
 import capeval
-from capeval.backbones import load_backbone
+from capeval.clip.backbones import load_backbone
 from capeval.scores import harmonic_mean, ref_clip_s
 
 CAPTIONS = [

@@ -11,8 +11,8 @@ from PIL import Image
 
 import capeval
 from capeval.cli import main
-from capeval.corpus import score_corpus
-from capeval.embedding_cache import EmbeddingCache
+from capeval.corpus.embedding_cache import EmbeddingCache
+from capeval.corpus.run import score_corpus
 
 COLORS = ("red", "green", "blue", "yellow", "purple")
 

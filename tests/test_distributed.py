@@ -1,4 +1,4 @@
-"""Sharded scoring across processes (capeval.distributed): same numbers as one process, errors everywhere."""
+"""Sharded scoring across processes (capeval.corpus.distributed): same numbers as one process, errors everywhere."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 
 import capeval
-from capeval.distributed import (
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.text_encoding import encode_texts
+from capeval.corpus.distributed import (
     SingleProcess,
-    build_scorer,
     process_state,
     score_distributed,
     sharded_encode_images,
     sharded_encode_texts,
 )
-from capeval.encoding import encode_images, encode_texts
+from capeval.registry import build_scorer
 
 SCRIPT = Path(__file__).with_name("distributed_score_script.py")
 

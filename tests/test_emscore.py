@@ -17,6 +17,7 @@ import pytest
 import torch
 from authors_reference import authors_pixels, authors_tokens
 
+from capeval.clip.video import write_video
 from capeval.emscore import BOTH, TEXT, VIDEO, EMScore
 from capeval.emscore_matching import (
     IdfTable,
@@ -25,7 +26,6 @@ from capeval.emscore_matching import (
     idf_from_token_ids,
 )
 from capeval.signature import parse_signature
-from capeval.video import write_video
 
 EOS = 49407
 CANDIDATES = [

@@ -16,11 +16,11 @@ from authors_reference import authors_pixels
 from test_checkpoints import IMAGE, build_reference, save_pacs, target_config
 from test_emscore import _unit, ref_idf, ref_weights
 
-from capeval.backbones import clear_cache
-from capeval.checkpoints import CheckpointWarning
+from capeval.clip.backbones import clear_cache
+from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint
+from capeval.clip.checkpoints.layout import CheckpointWarning
+from capeval.clip.text_encoding import encode_text_tokens
 from capeval.emscore import TEXT, VIDEO, EMScore
-from capeval.encoding import encode_text_tokens
-from capeval.pacscore import convert_pacscore_checkpoint
 from capeval.signature import parse_signature
 from capeval.testing.openai_reference import openai_tokenize
 from capeval.testing.tiny_clip import build_tiny_clip

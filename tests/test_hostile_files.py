@@ -234,7 +234,7 @@ def _torch_zip_with(tmp_path: Path, name: str, payload: bytes) -> Path:
     ["dotted name through gensim.utils", "builtins.open", "getattr of __import__", "subprocess directly"],
 )
 def test_checkpoint_payloads_are_refused_and_nothing_runs(tmp_path, hostile, case):
-    from capeval.checkpoints import read_state_dict
+    from capeval.clip.checkpoints.files import read_state_dict
 
     marker, evil_pickle = hostile
     # torch's weights-only unpickler knows only GLOBAL (protocol 2), the layout torch.save writes.
@@ -250,8 +250,8 @@ def test_checkpoint_payloads_are_refused_and_nothing_runs(tmp_path, hostile, cas
 
 
 def test_model_folder_with_a_pickled_weights_file_runs_nothing(tmp_path, tiny_clip_dir, hostile):
-    from capeval.backbones import clear_cache as clear_backbones
-    from capeval.backbones import load_backbone
+    from capeval.clip.backbones import clear_cache as clear_backbones
+    from capeval.clip.backbones import load_backbone
 
     marker, _ = hostile
     folder = tmp_path / "model"

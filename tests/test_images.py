@@ -10,7 +10,7 @@ import torch
 from authors_reference import authors_pixels
 from PIL import Image
 
-from capeval.images import image_key, load_image, normalize_pixels, preprocess_image, resize_and_crop
+from capeval.clip.images import image_key, load_image, normalize_pixels, preprocess_image, resize_and_crop
 
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)

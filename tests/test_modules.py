@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import capeval
-from capeval.modules import METRICS, module_path
+from capeval.integrations.evaluate_modules import module_path
+from capeval.registry import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
 PRESENT = [m for m in METRICS if (REPO / "metrics" / m / f"{m}.py").is_file()]

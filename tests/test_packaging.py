@@ -22,7 +22,7 @@ import zipfile
 import pytest
 
 from capeval import __version__
-from capeval.modules import METRICS
+from capeval.registry import METRICS
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
         f"""
         import capeval, evaluate
         from importlib.metadata import version
-        from capeval.modules import module_path
+        from capeval.integrations.evaluate_modules import module_path
         from capeval.testing.shapes import Scene, draw, shapes_clip_path
         assert capeval.__file__.startswith({str(venv)!r}), capeval.__file__
         assert version("capeval") == {__version__!r}

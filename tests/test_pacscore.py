@@ -16,9 +16,10 @@ from PIL import Image
 from test_checkpoints import IMAGE, build_reference, save_pacs, target_config
 
 import capeval
-from capeval.backbones import clear_cache
-from capeval.checkpoints import CheckpointWarning
-from capeval.pacscore import PACScore, convert_pacscore_checkpoint
+from capeval.clip.backbones import clear_cache
+from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint
+from capeval.clip.checkpoints.layout import CheckpointWarning
+from capeval.pacscore import PACScore
 from capeval.testing.tiny_clip import build_tiny_clip
 
 REPO = Path(__file__).resolve().parents[1]

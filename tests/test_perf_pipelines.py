@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import capeval
-from capeval.backbones import load_backbone
+from capeval.clip.backbones import load_backbone
 from capeval.perf import pipelines
 from capeval.perf.models import mix_shared_component
 from capeval.perf.workload import CANDIDATES_PER_IMAGE, make_image_caption_workload

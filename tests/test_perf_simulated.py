@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import capeval
-from capeval.encoding import encode_images, encode_texts
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.text_encoding import encode_texts
 from capeval.perf.simulated import SleepingCLIP, simulated_backbone
 
 

@@ -12,8 +12,8 @@ import evaluate
 import gradio as gr
 import pytest
 
-from capeval.modules import METRICS
-from capeval.publish import front_matter, parse_variables, push_spaces, requirement, stage_space
+from capeval.integrations.hub import front_matter, parse_variables, push_spaces, requirement, stage_space
+from capeval.registry import METRICS
 
 
 def _push_script(repo_root):
@@ -132,7 +132,7 @@ def test_bad_organisation_metric_or_variable_is_refused(tmp_path):
 
 
 def test_a_card_without_space_front_matter_is_refused(tmp_path, monkeypatch):
-    import capeval.publish as publish
+    import capeval.integrations.hub as publish
 
     module = tmp_path / "clipscore"
     module.mkdir()

@@ -149,7 +149,7 @@ def test_shape_lies_inside_the_central_square_that_the_clip_centre_crop_keeps():
 
 
 def test_shape_survives_resize_and_crop_whole():
-    from capeval.images import resize_and_crop
+    from capeval.clip.images import resize_and_crop
 
     for scene, img in jittered_drawings(100, seed=1):
         # Share of the central square the shape covers, before and after CLIP's resize + centre crop.
@@ -243,7 +243,7 @@ def test_example_folder_mixes_right_and_wrong_candidates_with_paraphrase_referen
 
 @pytest.fixture(scope="module")
 def shapes_backbone():
-    from capeval.backbones import load_backbone
+    from capeval.clip.backbones import load_backbone
 
     return load_backbone(str(S.shapes_clip_path()), device="cpu")
 
@@ -276,7 +276,8 @@ def test_shapes_clip_meets_its_accuracy_targets_on_held_out_drawings():
 def test_shapes_clip_reads_non_square_images_through_the_public_api(shapes_backbone, size):
     import torch
 
-    from capeval.encoding import encode_images, encode_texts
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
 
     rng = random.Random(11)
     grid = S.all_scenes()

@@ -202,7 +202,7 @@ def test_an_image_over_the_pixel_limit_is_a_message(space, tmp_path):
 
 
 def test_a_video_over_the_length_limit_is_a_message(space, tmp_path):
-    from capeval.video import write_video
+    from capeval.clip.video import write_video
 
     page = space("emscore")
     long_clip = write_video(tmp_path / "long.mp4", [np.zeros((32, 32, 3), np.uint8)] * 40, fps=1)  # 40 s

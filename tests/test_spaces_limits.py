@@ -93,7 +93,7 @@ def test_the_upload_components_refuse_to_download_a_url_into_the_cache(monkeypat
 
 
 def _video(path, seconds: int, fps: int = 1, size: int = 32):
-    from capeval.video import write_video
+    from capeval.clip.video import write_video
 
     frame = np.zeros((size, size, 3), dtype=np.uint8)
     return write_video(path, [frame] * (seconds * fps), fps=fps)
@@ -232,7 +232,7 @@ def test_scoring_runs_one_at_a_time_and_a_full_queue_refuses_more(demo_model, mo
     import threading
     import time
 
-    from capeval.demo.builder import Scored
+    from capeval.demo.panel import Scored
     from capeval.demo.render import Row
 
     panel = get_panel("clipscore", Limits(concurrency=1, queue_size=1))

@@ -22,7 +22,7 @@ from capeval.demo.examples import (
 )
 from capeval.demo.panels_text import transport_flows
 from capeval.demo.panels_video import token_frame_similarity
-from capeval.modules import METRICS
+from capeval.registry import METRICS
 from capeval.testing.shapes import caption, draw_frames, shapes_clip_path
 
 SCENE = EXAMPLE_SCENES[0]
@@ -116,7 +116,7 @@ def test_wmd_flows_move_every_words_weight_at_the_metrics_distance():
         captions="\n".join(TEXT_CANDIDATES), references="\n".join(TEXT_REFERENCES), vectors="glove"
     )
     assert max(scored.rows, key=lambda r: r.score).caption == TEXT_CANDIDATES[0]
-    from capeval.text.wmd import WMD
+    from capeval.wmd import WMD
 
     scorer = WMD()
     for row in scored.rows:
@@ -135,7 +135,7 @@ def test_wmd_flows_move_every_words_weight_at_the_metrics_distance():
 
 
 def test_wmd_flows_are_absent_when_a_side_has_no_known_word():
-    from capeval.text.wmd import WMD
+    from capeval.wmd import WMD
 
     assert transport_flows(WMD(), "the of and", "a horse") is None
 

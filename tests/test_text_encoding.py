@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import capeval
-import capeval.distributed as dist_api
-from capeval.encoding import encode_texts
-from capeval.text_encoding import (
+import capeval.corpus.distributed as dist_api
+from capeval.clip.text_encoding import (
     FIRST_WINDOW,
     WINDOW,
     CaptionIds,
     encode_batches,
+    encode_texts,
     length_batches,
     tokenize_windows,
 )
@@ -101,7 +101,7 @@ def test_each_distinct_id_sequence_is_encoded_once_across_windows(backbone, monk
 
         return real(bb, ids, spy(), *args, **kw)
 
-    import capeval.text_encoding as text_encoding
+    import capeval.clip.text_encoding as text_encoding
 
     monkeypatch.setattr(text_encoding, "encode_batches", count)
     encode_texts(backbone, texts, prefix=PREFIX, batch_size=64)
@@ -125,7 +125,7 @@ def test_two_ranks_share_out_the_single_process_batches_exactly(backbone, monkey
 def test_garbage_collection_is_paused_while_tokenising_and_restored_after(backbone, monkeypatch):
     import gc
 
-    from capeval.batching import gc_paused
+    from capeval.clip.batching import gc_paused
 
     seen = []
     real = CaptionIds.tokenize

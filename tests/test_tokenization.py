@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from capeval.clip.tokenization import clean_caption, tokenize_captions, with_prefix
 from capeval.testing.openai_reference import openai_tokenize
-from capeval.tokenization import clean_caption, tokenize_captions, with_prefix
 
 UNICODE_AND_ODD = [
     "café naïve ﬁne “quoted” ｆｕｌｌ-width 😀 日本語",
@@ -108,7 +108,7 @@ def test_plain_ascii_fast_path_equals_the_full_ftfy_cleaning():
 
 
 def _tokenizer_only(tokenizer, captions):
-    from capeval.tokenization import _encode_with_tokenizer
+    from capeval.clip.tokenization import _encode_with_tokenizer
 
     return _encode_with_tokenizer(tokenizer, [clean_caption(c) for c in captions])
 
@@ -132,7 +132,7 @@ def test_word_lookup_gives_the_tokenizers_ids_on_random_ascii_and_real_captions(
 
 
 def test_a_full_word_cache_starts_over_and_stays_exact(clip_tokenizer, monkeypatch):
-    import capeval.tokenization as tokenization
+    import capeval.clip.tokenization as tokenization
 
     monkeypatch.setattr(tokenization, "_WORD_CACHE_LIMIT", 5)
     captions = ["a red circle left of a blue square", "two green triangles", "one yellow star ."]
@@ -151,7 +151,7 @@ class _PositionalTokenizer:
 
 
 def test_word_lookup_is_not_used_when_the_probes_disagree():
-    from capeval.tokenization import _word_ids_for
+    from capeval.clip.tokenization import _word_ids_for
 
     tokenizer = _PositionalTokenizer()
     assert _word_ids_for(tokenizer) is None

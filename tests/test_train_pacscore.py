@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import clear_cache
+from capeval.clip.backbones import clear_cache
 from capeval.training import PACSTrainConfig, info_nce, pacs_loss, train_pacs
 from capeval.training.shapes_data import (
     caption_ranking_accuracy,

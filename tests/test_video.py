@@ -1,4 +1,4 @@
-"""Video decoding, frame sampling and frame embeddings (capeval.video), on videos written by the tests."""
+"""Video decoding, frame sampling and frame embeddings (capeval.clip.video), on videos written by the tests."""
 
 from __future__ import annotations
 
@@ -11,17 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from capeval import video as vid
-from capeval.backbones import load_backbone
-from capeval.encoding import encode_images
-from capeval.video import (
-    decode_video,
-    encode_videos,
-    frame_embeddings,
-    sample_indices,
-    video_key,
-    write_video,
-)
+from capeval.clip import frame_encoding
+from capeval.clip import video as vid
+from capeval.clip.backbones import load_backbone
+from capeval.clip.frame_encoding import encode_videos, frame_embeddings
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.video import decode_video, sample_indices, video_key, write_video
 
 SIZE = 32
 
@@ -107,7 +102,7 @@ def test_frame_lists_arrays_and_tensors_give_the_same_frames(gray_video, tmp_pat
         p.save(paths[-1])
     stacked = np.stack(arrays)
     tensor = torch.from_numpy(stacked).permute(0, 3, 1, 2)
-    outs = [vid._frames_of(v, 3, SIZE, 0) for v in (arrays, pils, paths, stacked, tensor)]
+    outs = [vid.read_frames(v, 3, SIZE, 0) for v in (arrays, pils, paths, stacked, tensor)]
     for out in outs[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(outs[0], out, strict=True))
     assert frame_levels(outs[0]) == [0, 2, 5]
@@ -189,7 +184,7 @@ def test_bad_frames_in_a_frame_list_name_the_video_and_the_frame():
     with pytest.raises(TypeError, match="video 1, frame 2"):
         video_key([np.zeros((4, 4, 3), np.uint8)] * 2 + [object()], 1)
     with pytest.raises(ValueError, match="video 0, frame 1"):
-        vid._frames_of([np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4, 7), np.uint8)], None, SIZE, 0)
+        vid.read_frames([np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4, 7), np.uint8)], None, SIZE, 0)
     with pytest.raises(ValueError, match="video 5: an array video must be 4-D"):
         video_key(np.zeros((4, 4, 3), np.uint8), 5)
     with pytest.raises(TypeError, match="video 4: expected"):
@@ -220,7 +215,8 @@ def test_encode_videos_flushes_in_chunks_without_changing_results(tiny_clip_dir,
     backbone = load_backbone(str(tiny_clip_dir), device="cpu")
     videos = [gray_frames(n) for n in (3, 7, 2, 5)]
     whole = encode_videos(backbone, videos, batch_size=64)
-    monkeypatch.setattr(vid, "CHUNK_FRAMES", 1)  # with batch_size=1: an encoder call every 4 frames
+    # With batch_size=1: an encoder call every 4 frames.
+    monkeypatch.setattr(frame_encoding, "CHUNK_FRAMES", 1)
     chunked = encode_videos(backbone, videos, batch_size=1, num_workers=1)
     for a, b in zip(whole, chunked, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -11,7 +11,7 @@ import pytest
 from capeval.signature import parse_signature
 from capeval.text.stopwords import COCO_WMD_STOPWORDS
 from capeval.text.tokenize import coco_tokens
-from capeval.text.wembsim import WEmbSim
+from capeval.wembsim import WEmbSim
 
 
 @pytest.fixture(scope="module")

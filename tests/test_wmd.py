@@ -12,7 +12,7 @@ import pytest
 from capeval.signature import parse_signature
 from capeval.text.stopwords import COCO_WMD_STOPWORDS
 from capeval.text.tokenize import coco_tokens
-from capeval.text.wmd import WMD
+from capeval.wmd import WMD
 
 
 @pytest.fixture(scope="module")

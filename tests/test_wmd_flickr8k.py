@@ -11,7 +11,7 @@ import pytest
 
 from capeval.text.stopwords import COCO_WMD_STOPWORDS
 from capeval.text.tokenize import coco_tokens
-from capeval.text.wmd import WMD
+from capeval.wmd import WMD
 
 N_CANDIDATES = 2000
 

@@ -103,6 +103,6 @@ def test_multi_process_mode_gathers_every_shard(name, tmp_path):
 
 
 def test_capeval_exports_the_plain_apis_lazily():
-    assert capeval.WMD.__module__ == "capeval.text.wmd"
-    assert capeval.WEmbSim.__module__ == "capeval.text.wembsim"
+    assert capeval.WMD.__module__ == "capeval.wmd"
+    assert capeval.WEmbSim.__module__ == "capeval.wembsim"
     assert capeval.load_vectors().shape == (400_000, 50)

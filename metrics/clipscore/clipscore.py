@@ -8,10 +8,6 @@ import datasets
 import evaluate
 
 import capeval
-from capeval.backbones import DEFAULT_MODEL
-from capeval.encoding import BATCH_SIZE
-from capeval.scores import W_CLIP_S
-from capeval.tokenization import PREFIX
 
 _CITATION = """\
 @inproceedings{hessel2021clipscore,
@@ -86,10 +82,10 @@ class CLIPScore(evaluate.Metric):
         predictions,
         images=None,
         image_embeds=None,
-        model=DEFAULT_MODEL,
-        prefix=PREFIX,
-        w=W_CLIP_S,
-        batch_size=BATCH_SIZE,
+        model=capeval.DEFAULT_MODEL,
+        prefix=capeval.PREFIX,
+        w=capeval.W_CLIP_S,
+        batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
     ):

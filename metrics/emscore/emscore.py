@@ -7,9 +7,7 @@ options through. References are optional: omit them (or give empty lists) to sco
 import datasets
 import evaluate
 
-from capeval.emscore import EMScore as EMScorer
-from capeval.encoding import BATCH_SIZE
-from capeval.video import NUM_FRAMES
+import capeval
 
 _CITATION = """\
 @inproceedings{shi2022emscore,
@@ -131,13 +129,13 @@ class EMScore(evaluate.Metric):
         video_embeds=None,
         model=None,
         checkpoint=None,
-        num_frames=NUM_FRAMES,
+        num_frames=capeval.NUM_FRAMES,
         idf=True,
-        batch_size=BATCH_SIZE,
+        batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
     ):
-        scorer = EMScorer(
+        scorer = capeval.EMScore(
             model=model,
             checkpoint=checkpoint,
             num_frames=num_frames,

@@ -8,9 +8,6 @@ import datasets
 import evaluate
 
 import capeval
-from capeval.encoding import BATCH_SIZE
-from capeval.scores import W_PAC_S
-from capeval.tokenization import PREFIX
 
 _CITATION = """\
 @inproceedings{sarto2023positive,
@@ -137,9 +134,9 @@ class PACScore(evaluate.Metric):
         image_embeds=None,
         checkpoint=None,
         model=None,
-        prefix=PREFIX,
-        w=W_PAC_S,
-        batch_size=BATCH_SIZE,
+        prefix=capeval.PREFIX,
+        w=capeval.W_PAC_S,
+        batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
     ):

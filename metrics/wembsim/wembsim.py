@@ -8,7 +8,6 @@ import datasets
 import evaluate
 
 import capeval
-from capeval.text.wembsim import REDUCTION
 
 _CITATION = """\
 @inproceedings{sharif2020wembsim,
@@ -81,7 +80,7 @@ class WEmbSim(evaluate.Metric):
         predictions,
         references,
         vectors=None,
-        reduction=REDUCTION,
+        reduction=capeval.WEMBSIM_REDUCTION,
         stopwords="coco",
         normalize_vectors=False,
     ):

@@ -8,7 +8,6 @@ import datasets
 import evaluate
 
 import capeval
-from capeval.text.wmd import SIGMA
 
 _CITATION = """\
 @inproceedings{kusner2015wmd,
@@ -97,7 +96,7 @@ class WMD(evaluate.Metric):
         predictions,
         references,
         vectors=None,
-        sigma=SIGMA,
+        sigma=capeval.WMD_SIGMA,
         normalize_vectors=False,
         stopwords="coco",
         num_workers=None,

@@ -3,52 +3,104 @@
 >>> import capeval
 >>> metric = capeval.load("clipscore")            # the packaged evaluate module, offline
 >>> scorer = capeval.CLIPScore(model="openai/clip-vit-base-patch32")
+
+The package in wings (ARCHITECTURE.md): the metric callables at the top (``clipscore``, ``pacscore``,
+``emscore``, ``wmd``, ``wembsim``, their maths in ``scores`` and ``emscore_matching``); the engines below them
+(``clip/`` for CLIP embeddings, ``text/`` for word vectors); ``corpus/`` for large corpora; ``bench/``,
+``demo/``, ``training/``, ``integrations/``, ``perf/`` and ``testing/`` on top.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 from importlib import import_module
+
+from capeval._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 # Public names, imported on first use so `import capeval` stays light (no torch until needed).
-_LAZY = {
+_PUBLIC = {
     "CLIPScore": "capeval.clipscore",
     "RefCLIPScore": "capeval.clipscore",
-    "WMD": "capeval.text.wmd",
-    "WEmbSim": "capeval.text.wembsim",
-    "load_vectors": "capeval.text.vectors",
     "PACScore": "capeval.pacscore",
     "EMScore": "capeval.emscore",
-    "load_backbone": "capeval.backbones",
-    "encode_images": "capeval.encoding",
-    "encode_texts": "capeval.encoding",
-    "load": "capeval.modules",
-    "module_path": "capeval.modules",
-    "METRICS": "capeval.modules",
-    "make_compute_metrics": "capeval.training_hooks",
-    "score_distributed": "capeval.distributed",
-    "score_corpus": "capeval.corpus",
+    "WMD": "capeval.wmd",
+    "WEmbSim": "capeval.wembsim",
+    "METRICS": "capeval.registry",
+    "load_vectors": "capeval.text.vectors",
+    "load_backbone": "capeval.clip.backbones",
+    "encode_images": "capeval.clip.image_encoding",
+    "encode_texts": "capeval.clip.text_encoding",
+    "encode_videos": "capeval.clip.frame_encoding",
+    "load": "capeval.integrations.evaluate_modules",
+    "module_path": "capeval.integrations.evaluate_modules",
+    "make_compute_metrics": "capeval.integrations.trainer",
+    "score_distributed": "capeval.corpus.distributed",
+    "score_corpus": "capeval.corpus.run",
+    # The defaults the evaluate modules declare, each defined (with its source) beside the code it configures.
+    "DEFAULT_MODEL": "capeval.clip.backbones",
+    "BATCH_SIZE": "capeval.clip.batching",
+    "PREFIX": "capeval.clip.tokenization",
+    "NUM_FRAMES": "capeval.clip.video",
+    "W_CLIP_S": "capeval.scores",
+    "W_PAC_S": "capeval.scores",
+    "WMD_SIGMA": "capeval.wmd:SIGMA",
+    "WEMBSIM_REDUCTION": "capeval.wembsim:REDUCTION",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
+
+# Module paths before the layout of release 0.2 -> where their code lives now. Importing an old path still
+# works for one release, with a DeprecationWarning, and gives the new module itself (not a copy).
+MOVED_MODULES = {
+    "capeval.backbones": "capeval.clip.backbones",
+    "capeval.batching": "capeval.clip.batching",
+    "capeval.checkpoints": "capeval.clip.checkpoints",
+    "capeval.checkpoints.files": "capeval.clip.checkpoints.files",
+    "capeval.checkpoints.layout": "capeval.clip.checkpoints.layout",
+    "capeval.checkpoints.locate": "capeval.clip.checkpoints.locate",
+    "capeval.images": "capeval.clip.images",
+    "capeval.tokenization": "capeval.clip.tokenization",
+    "capeval.encoding": "capeval.clip",  # image and caption encoders: both exported by capeval.clip
+    "capeval.text_encoding": "capeval.clip.text_encoding",
+    "capeval.video": "capeval.clip",  # decoding and frame encoding: both exported by capeval.clip
+    "capeval.corpus_cli": "capeval.corpus.cli",
+    "capeval.corpus_sources": "capeval.corpus.sources",
+    "capeval.embedding_cache": "capeval.corpus.embedding_cache",
+    "capeval.distributed": "capeval.corpus.distributed",
+    "capeval.modules": "capeval.integrations.evaluate_modules",
+    "capeval.training_hooks": "capeval.integrations.trainer",
+    "capeval.publish": "capeval.integrations.hub",
+    "capeval.text.wmd": "capeval.wmd",
+    "capeval.text.wembsim": "capeval.wembsim",
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    if name in {
-        "scores",
-        "encoding",
-        "backbones",
-        "images",
-        "tokenization",
-        "signature",
-        "validation",
-        "testing",
-        "bench",
-    }:
-        return import_module(f"capeval.{name}")
-    raise AttributeError(f"module 'capeval' has no attribute {name!r}")
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves an old module path to the module that replaced it, warning once per path."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in MOVED_MODULES:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        new = MOVED_MODULES[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old path stops working in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        module = import_module(new)
+        spec.loader_state = module.__spec__  # importlib sets the alias spec on the module: put its own back
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = module.__spec__.loader_state
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())

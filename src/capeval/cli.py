@@ -76,7 +76,7 @@ def _score_command(args: argparse.Namespace) -> int:
     import capeval
 
     if getattr(args, "corpus", None):
-        from capeval.corpus_cli import corpus_command
+        from capeval.corpus.cli import corpus_command
 
         return corpus_command(args)
     if args.candidates_json is None or args.image_dir is None:
@@ -102,7 +102,7 @@ def _score_command(args: argparse.Namespace) -> int:
         options["w"] = args.w
     if args.checkpoint:
         return _report(args, *_pacscore(options, args, captions, refs, paths, ids))
-    from capeval.backbones import DEFAULT_MODEL
+    from capeval.clip.backbones import DEFAULT_MODEL
 
     options["model"] = options["model"] or DEFAULT_MODEL
     if refs is None:
@@ -150,8 +150,8 @@ def _report(args, result: dict, per_image: dict) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from capeval import __version__
-    from capeval.backbones import DEFAULT_MODEL
-    from capeval.encoding import BATCH_SIZE
+    from capeval.clip.backbones import DEFAULT_MODEL
+    from capeval.clip.batching import BATCH_SIZE
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument("--w", type=float, default=None, help="rescaling weight (default 2.5)")
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
-    from capeval.corpus_cli import add_corpus_arguments
+    from capeval.corpus.cli import add_corpus_arguments
 
     add_corpus_arguments(score)
     score.set_defaults(func=_score_command)

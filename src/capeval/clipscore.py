@@ -12,11 +12,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import DEFAULT_MODEL, Backbone, load_backbone
-from capeval.encoding import BATCH_SIZE, encode_images, encode_texts
+from capeval.clip.backbones import DEFAULT_MODEL, Backbone, load_backbone
+from capeval.clip.batching import BATCH_SIZE
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.text_encoding import encode_texts
+from capeval.clip.tokenization import PREFIX
 from capeval.scores import W_CLIP_S, best_reference_cosine, clip_s, ref_clip_s
 from capeval.signature import build_signature
-from capeval.tokenization import PREFIX
 from capeval.validation import check_predictions, check_references, check_same_length
 
 

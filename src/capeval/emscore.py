@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from capeval.backbones import DEFAULT_MODEL, Backbone, load_backbone
+from capeval.clip.backbones import DEFAULT_MODEL, Backbone, load_backbone
+from capeval.clip.batching import BATCH_SIZE
+from capeval.clip.frame_encoding import encode_videos, frame_embeddings
+from capeval.clip.text_encoding import encode_text_tokens
+from capeval.clip.tokenization import tokenize_captions
+from capeval.clip.video import NUM_FRAMES, check_num_frames
 from capeval.emscore_matching import (
     IdfTable,
     best_per_candidate,
@@ -31,11 +36,8 @@ from capeval.emscore_matching import (
     uniform_weights,
     video_embedding,
 )
-from capeval.encoding import BATCH_SIZE, encode_text_tokens
 from capeval.signature import build_signature
-from capeval.tokenization import tokenize_captions
 from capeval.validation import check_predictions, check_references, check_same_length
-from capeval.video import NUM_FRAMES, check_num_frames, encode_videos, frame_embeddings
 
 VIDEO, TEXT, BOTH = "EMScore(X,V)", "EMScore(X,X*)", "EMScore(X,V,X*)"
 DETAIL_KEYS = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
@@ -67,7 +69,9 @@ def _backbone(model: str | None, checkpoint, device, dtype) -> tuple[Backbone, s
     """
     if checkpoint is None:
         return load_backbone(model or DEFAULT_MODEL, device=device, dtype=dtype), None
-    from capeval.checkpoints import base_model_for, checkpoint_geometry, resolve_checkpoint
+    from capeval.clip.checkpoints.layout import base_model_for
+    from capeval.clip.checkpoints.load import checkpoint_geometry
+    from capeval.clip.checkpoints.locate import resolve_checkpoint
 
     resolved = resolve_checkpoint(checkpoint)
     if resolved.kind == "model_folder" and model is None:

@@ -1,4 +1,4 @@
-"""PAC-S and RefPAC-S (Sarto et al., CVPR 2023) as a plain callable, and the PAC-S weights conversion.
+"""PAC-S and RefPAC-S (Sarto et al., CVPR 2023) as a plain callable (weights conversion: ``capeval.clip.checkpoints``).
 
 PAC-S is CLIP-S computed with CLIP whose two final projections were fine-tuned by positive-augmented
 contrastive learning: PAC-S(c, v) = w * max(cos(E_c, E_v), 0) with w = 2.0, and RefPAC-S the harmonic mean
@@ -9,24 +9,16 @@ images get OpenAI's CLIP preprocessing, and the reference side is neither clippe
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
-from capeval.checkpoints import (
-    PROVENANCE_FILE,
-    ResolvedCheckpoint,
-    base_model_for,
-    checkpoint_geometry,
-    file_sha256,
-    missing_checkpoint_help,
-    resolve_checkpoint,
-)
+from capeval.clip.batching import BATCH_SIZE
+from capeval.clip.checkpoints.layout import base_model_for
+from capeval.clip.checkpoints.load import checkpoint_geometry, missing_checkpoint_help
+from capeval.clip.checkpoints.locate import resolve_checkpoint
+from capeval.clip.tokenization import PREFIX
 from capeval.clipscore import CLIPScore, RefCLIPScore
-from capeval.encoding import BATCH_SIZE
 from capeval.scores import W_PAC_S
-from capeval.tokenization import PREFIX
 
 
 class PACScore(RefCLIPScore):
@@ -114,121 +106,3 @@ class PACScore(RefCLIPScore):
             "refpacscore_scores": out["scores"],
             "signature": out["signature"],
         }
-
-
-def convert_pacscore_checkpoint(
-    checkpoint: str | os.PathLike, output: str | os.PathLike, model: str | None = None
-) -> Path:
-    """Convert PAC-S weights into a self-contained transformers folder (safetensors, tokenizer, preprocessing).
-
-    The folder loads with ``PACScore(checkpoint=folder)`` or ``CLIPModel.from_pretrained``; its
-    ``pacscore.json`` records the source file's sha256 and the base model.
-
-    Args:
-        checkpoint: the authors' ``.pth`` (or any ``checkpoint=`` form).
-        output: folder to write (created; existing files are overwritten).
-        model: base model; ``None`` picks it from the checkpoint's architecture as ``PACScore`` does.
-
-    Returns:
-        Path: the output folder.
-    """
-    from capeval import __version__
-    from capeval.backbones import load_backbone
-
-    resolved: ResolvedCheckpoint = resolve_checkpoint(checkpoint)
-    geometry = checkpoint_geometry(resolved)
-    base = model or (str(resolved.path) if resolved.kind == "model_folder" else base_model_for(geometry))
-    backbone = load_backbone(base, device="cpu", dtype="float32", checkpoint=os.fspath(checkpoint))
-    provenance = {
-        "source": resolved.spec if resolved.kind != "state_dict" else Path(resolved.path).name,
-        "source_sha256": file_sha256(resolved.path) if resolved.kind == "state_dict" else None,
-        "source_tag": backbone.weights,
-        "architecture": geometry.name,
-        "base_model": backbone.name,
-        "converted_with": f"capeval {__version__}",
-    }
-    return save_model_folder(backbone.model, backbone, output, provenance)
-
-
-def save_model_folder(model, backbone, folder: str | os.PathLike, provenance: dict) -> Path:
-    """Save a CLIPModel as a self-contained folder: safetensors weights, the backbone's tokenizer and
-    preprocessing constants, and ``pacscore.json`` (where the weights came from)."""
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    backbone.tokenizer.save_pretrained(out)
-    size = backbone.image_size
-    preprocessing = {
-        "image_processor_type": "CLIPImageProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": size},
-        "resample": 3,
-        "do_center_crop": True,
-        "crop_size": {"height": size, "width": size},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(backbone.image_mean),
-        "image_std": list(backbone.image_std),
-        "do_convert_rgb": True,
-    }
-    (out / "preprocessor_config.json").write_text(json.dumps(preprocessing, indent=2))
-    (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
-    return out
-
-
-def write_model_card(folder: str | os.PathLike, provenance: dict, repo_id: str | None = None) -> Path:
-    """A README.md for a converted folder: where the weights come from and how to use them."""
-    use = repo_id or str(folder)
-    text = f"""---
-library_name: transformers
-pipeline_tag: zero-shot-image-classification
-tags:
-- clip
-- pacscore
-- image-captioning
-- evaluation
----
-
-# PAC-S weights ({provenance.get("architecture")}) as a transformers CLIPModel
-
-The PAC-S checkpoint of Sarto et al., "Positive-Augmented Contrastive Learning for Image and Video
-Captioning Evaluation" (CVPR 2023), converted without change of values from the authors' file
-`{provenance.get("source")}` (sha256 `{provenance.get("source_sha256")}`, from the Google Drive folder
-linked in https://github.com/aimagelab/pacscore) onto `{provenance.get("base_model")}`, by
-{provenance.get("converted_with")}.
-
-```python
-import capeval
-scorer = capeval.PACScore(checkpoint="{use}")
-scorer(["a dog runs on the beach"], images=["dog.jpg"])
-```
-
-PAC-S = 2.0 * max(cos(image, "A photo depicts " + caption), 0); RefPAC-S adds references by harmonic mean.
-The weights are the authors'; their repository states no licence for them: check their terms before reuse.
-"""
-    path = Path(folder) / "README.md"
-    path.write_text(text)
-    return path
-
-
-def push_converted(
-    folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None
-) -> str:
-    """Upload a converted folder to a Hub model repo (created if needed); returns the repo URL."""
-    from huggingface_hub import HfApi
-
-    folder = Path(folder)
-    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-        raise ValueError(
-            f"{folder} is not a converted model folder (config.json and model.safetensors needed)"
-        )
-    api = HfApi(token=token)
-    url = api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    api.upload_folder(
-        repo_id=repo_id,
-        folder_path=str(folder),
-        repo_type="model",
-        commit_message="PAC-S weights converted to transformers CLIPModel by capeval",
-    )
-    return str(url)

@@ -1,11 +1,13 @@
-"""Score formulas on embeddings: pure tensor maths, no I/O, no models.
+"""Score formulas on embeddings: pure tensor/numpy maths, no I/O, no models.
 
-Every function takes L2-normalised embeddings and returns one value per candidate, so the metric
-modules, the CLI, the Trainer hooks and the benchmarks all share one implementation.
+CLIP-S, the reference-based harmonic mean (RefCLIP-S, RefPAC-S) and WEmbSim's cosines of mean word
+embeddings. Every function returns one value per candidate, so the metric modules, the CLI, the Trainer
+hooks and the benchmarks all share one implementation. (EMScore's matching: ``capeval.emscore_matching``.)
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 W_CLIP_S = 2.5  # Hessel et al. 2021, sec. 3: rescales CLIP-S of ViT-B/32 to roughly [0, 1]
@@ -84,3 +86,32 @@ def ref_clip_s(
     """
     text_side = best_ref_cos.clamp(min=0) if clip_reference_cosine else best_ref_cos
     return harmonic_mean(clip_scores, text_side)
+
+
+def reference_cosines(
+    centroids: np.ndarray, candidate_doc: np.ndarray, reference_doc: np.ndarray, owner: np.ndarray
+) -> np.ndarray:
+    """(M,) cosine of each reference's mean embedding with its candidate's; NaN where either is zero."""
+    norms = np.linalg.norm(centroids, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = centroids / norms[:, None]
+    unit[norms == 0] = np.nan
+    c = unit[candidate_doc[owner]]
+    r = unit[reference_doc]
+    return np.einsum("ij,ij->i", c, r)
+
+
+def reduce_over_references(cosines: np.ndarray, owner: np.ndarray, n: int, reduction: str) -> np.ndarray:
+    """(n,) per-candidate ``mean``/``max``/``min`` of its finite cosines; 0 when none is finite."""
+    valid = np.isfinite(cosines)
+    counts = np.bincount(owner, weights=valid, minlength=n)
+    out = np.zeros(n)
+    if reduction == "mean":
+        sums = np.bincount(owner, weights=np.where(valid, cosines, 0.0), minlength=n)
+        np.divide(sums, counts, out=out, where=counts > 0)
+        return out
+    fill = -np.inf if reduction == "max" else np.inf
+    values = np.where(valid, cosines, fill)
+    best = np.full(n, fill)
+    (np.maximum if reduction == "max" else np.minimum).at(best, owner, values)
+    return np.where(counts > 0, best, 0.0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 
 
 def _is_sequence(x) -> bool:
@@ -64,3 +65,16 @@ def check_same_length(name: str, items, n: int) -> None:
         raise TypeError(f"{name} must be a list with one entry per prediction, got {type(items).__name__}")
     if len(items) != n:
         raise ValueError(f"got {len(items)} {name} for {n} predictions")
+
+
+def warn_empty(kind: str, indices: Iterable[int], consequence: str) -> None:
+    """Report captions left without any in-vocabulary word (nothing is dropped silently)."""
+    indices = list(indices)
+    if indices:
+        shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
+        label = "(prediction, reference)" if isinstance(indices[0], tuple) else "index"
+        warnings.warn(
+            f"{len(indices)} {kind} have no in-vocabulary word after stopword removal ({label} {shown}): "
+            f"{consequence}",
+            stacklevel=3,
+        )

@@ -10,8 +10,9 @@ shipped with capeval); see ``capeval.demo.choices``. Safety limits live in ``cap
 
 from __future__ import annotations
 
-from capeval.demo.builder import Panel, Scored, build_demo, launch, read_card
+from capeval.demo.builder import build_demo, launch, read_card
 from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
+from capeval.demo.panel import Panel, Scored
 from capeval.demo.panels import PANELS, get_panel
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The one Gradio UI every capeval Space uses: inputs, a Score button, ranked scores, options, the card.
 
-A metric plugs in a ``Panel`` (its inputs, options, extra outputs, examples and scoring function); the
-builder lays them out the same way for every metric, bounds the queue, turns every failure into a short
+A metric plugs in a ``Panel`` (``capeval.demo.panel``: its inputs, options, extra outputs, examples and
+scoring function), found by name in ``capeval.demo.panels``; the builder lays them out the same way for every metric, bounds the queue, turns every failure into a short
 message for the visitor (never a stack trace) and reads the metric card shown under the demo.
 """
 
@@ -9,86 +9,18 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import gradio as gr
 
 from capeval.demo.limits import DEFAULT_LIMITS, Limits
-from capeval.demo.render import Row, corpus_line, ranked_table
+from capeval.demo.panel import Panel
+from capeval.demo.panels import get_panel
+from capeval.demo.render import corpus_line, ranked_table
 
 logger = logging.getLogger(__name__)
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.@+~-]+)+[/\\]?")
 _FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
-
-
-@dataclass
-class Scored:
-    """What a panel's scoring returns to the builder.
-
-    Attributes:
-        rows: one per caption (shown ranked).
-        corpus: the headline corpus score.
-        corpus_extra: other corpus figures shown next to it (name -> value).
-        extras: values of the panel's extra outputs, by name.
-        result: the metric's raw result dict (shown under "Raw result").
-        headline: name of the headline score when it depends on the inputs (else the panel's).
-    """
-
-    rows: list[Row]
-    corpus: float
-    corpus_extra: dict[str, float] = field(default_factory=dict)
-    extras: dict[str, Any] = field(default_factory=dict)
-    result: dict = field(default_factory=dict)
-    headline: str | None = None
-
-
-class Panel:
-    """One metric's part of the demo. Subclasses set the class attributes and implement the methods."""
-
-    metric: str = ""
-    title: str = ""
-    headline: str = ""  # column header and name of the headline score
-    summary: str = ""  # two sentences: what to give, how to read the numbers
-    scale: float | None = 1.0  # a score of this value fills the bar; None: the best score of the table
-
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
-        self.limits = limits
-
-    @property
-    def max_file_size(self) -> int:
-        return self.limits.max_file_size
-
-    def build_inputs(self) -> dict[str, gr.components.Component]:
-        raise NotImplementedError
-
-    def build_options(self) -> dict[str, gr.components.Component]:
-        return {}
-
-    def build_extra_outputs(self) -> dict[str, gr.components.Component]:
-        return {}
-
-    def examples(self) -> tuple[list[str], list[list[Any]]]:
-        """Names of the inputs the examples fill, and the example rows."""
-        return [], []
-
-    def notice(self) -> str | None:
-        """A warning shown above the inputs (e.g. PAC-S weights missing), or ``None``."""
-        return None
-
-    def score(self, **values) -> Scored:
-        raise NotImplementedError
-
-
-def choice_dropdown(choices: list, label: str, elem_id: str) -> gr.Dropdown:
-    """A dropdown over a fixed list of choices: the browser sees only their keys, never paths or Hub ids."""
-    return gr.Dropdown(
-        choices=[(c.label, c.key) for c in choices],
-        value=choices[0].key if choices else None,
-        label=label,
-        elem_id=elem_id,
-    )
 
 
 def visitor_message(err: BaseException) -> str:
@@ -100,7 +32,7 @@ def visitor_message(err: BaseException) -> str:
 def read_card(metric: str, card: str | Path | None = None) -> str:
     """The metric card's Markdown without its Space front matter (``""`` when there is none)."""
     if card is None or not Path(card).is_file():
-        from capeval.modules import module_path
+        from capeval.integrations.evaluate_modules import module_path
 
         try:
             card = module_path(metric) / "README.md"
@@ -147,7 +79,6 @@ def build_demo(
     Returns:
         gr.Blocks: queued with bounded concurrency; start it with ``capeval.demo.launch``.
     """
-    from capeval.demo.panels import get_panel
 
     panel = get_panel(metric, limits) if isinstance(metric, str) else metric
     card_text = read_card(panel.metric, card)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.backbones import DEFAULT_MODEL
+from capeval.clip.backbones import DEFAULT_MODEL
 
 MODEL_ENV = "CAPEVAL_DEMO_MODEL"
 CHECKPOINT_ENV = "CAPEVAL_DEMO_CHECKPOINT"

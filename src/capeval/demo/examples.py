@@ -49,7 +49,7 @@ def example_image(scene: Scene) -> Path:
 
 def example_video(scene: Scene) -> Path:
     """Short H.264 MP4 of the scene, the shape moving slightly around its position."""
-    from capeval.video import write_video
+    from capeval.clip.video import write_video
 
     path = example_folder() / f"{_stem(scene)}.mp4"
     return _atomic_write(path, lambda p: write_video(p, draw_frames(scene, VIDEO_FRAMES, size=IMAGE_SIZE)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from capeval.demo.builder import Panel
 from capeval.demo.limits import DEFAULT_LIMITS, Limits
+from capeval.demo.panel import Panel
 
 # metric -> "module:Class"; imported on demand so one Space loads only what it shows.
 PANELS = {

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from capeval.demo.builder import Panel, Scored, choice_dropdown
+from capeval.clip.tokenization import PREFIX
 from capeval.demo.choices import checkpoint_choices, model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
+from capeval.demo.panel import Panel, Scored, choice_dropdown
 from capeval.demo.render import Row
 from capeval.demo.uploads import UploadedImage, check_image_header, check_uploaded_file
 from capeval.scores import W_CLIP_S, W_PAC_S
-from capeval.tokenization import PREFIX
 
 _MAX_PREFIX_CHARS = 100
 
@@ -156,7 +156,7 @@ class PACScorePanel(ImagePanel):
     def notice(self) -> str | None:
         if checkpoint_choices():
             return None
-        from capeval.checkpoints import missing_checkpoint_help
+        from capeval.clip.checkpoints.load import missing_checkpoint_help
 
         return (
             "**PAC-S weights are not configured on this server**, so scoring will refuse to run. "
@@ -178,7 +178,7 @@ class PACScorePanel(ImagePanel):
         path, cands, refs, w = self._common(image, captions, references, prefix, w)
         choices = checkpoint_choices()
         if not choices:
-            from capeval.checkpoints import missing_checkpoint_help
+            from capeval.clip.checkpoints.load import missing_checkpoint_help
 
             raise InputError(missing_checkpoint_help())
         spec = resolve(choices, checkpoint, "checkpoint").spec

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import gradio as gr
 import numpy as np
 
-from capeval.demo.builder import Panel, Scored, choice_dropdown
 from capeval.demo.choices import resolve, vector_choices
 from capeval.demo.limits import InputError, check_texts, split_lines
+from capeval.demo.panel import Panel, Scored, choice_dropdown
 from capeval.demo.render import Row, heatmap
 
 _EXAMPLES = (
@@ -160,7 +160,7 @@ class WMDPanel(TextPanel):
         }
 
     def score(self, captions="", references="", vectors=None, normalize_vectors=False) -> Scored:
-        from capeval.text.wmd import WMD
+        from capeval.wmd import WMD
 
         cands, refs, spec = self._texts(captions, references, vectors)
         scorer = WMD(vectors=spec, normalize_vectors=bool(normalize_vectors))
@@ -222,7 +222,7 @@ class WEmbSimPanel(TextPanel):
     def score(
         self, captions="", references="", vectors=None, normalize_vectors=False, reduction="mean"
     ) -> Scored:
-        from capeval.text.wembsim import REDUCTIONS, WEmbSim
+        from capeval.wembsim import REDUCTIONS, WEmbSim
 
         if reduction not in REDUCTIONS:
             raise InputError(f"reduction must be one of {', '.join(REDUCTIONS)}")

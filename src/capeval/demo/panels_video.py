@@ -10,9 +10,9 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from capeval.demo.builder import Panel, Scored, choice_dropdown
 from capeval.demo.choices import model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
+from capeval.demo.panel import Panel, Scored, choice_dropdown
 from capeval.demo.render import Row, heatmap
 from capeval.demo.uploads import (
     UploadedFrames,
@@ -44,7 +44,7 @@ def token_frame_similarity(scorer, clip, text: str) -> tuple[list[str], np.ndarr
     The same embeddings EMScore's fine-grained matching compares: CLIP token embeddings from start- to
     end-of-text (no prompt) and the frames sampled by the scorer's ``num_frames``.
     """
-    from capeval.encoding import encode_text_tokens
+    from capeval.clip.text_encoding import encode_text_tokens
 
     frames = scorer.frame_embeddings([clip], None, 1)[0]
     _, tokens, ids = encode_text_tokens(scorer.backbone, [text], prefix=None)

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import Backbone
-from capeval.encoding import pad_batch
-from capeval.images import normalize_pixels, preprocess_image
-from capeval.tokenization import tokenize_captions, with_prefix
+from capeval.clip.backbones import Backbone
+from capeval.clip.images import normalize_pixels, preprocess_image
+from capeval.clip.text_encoding import pad_batch
+from capeval.clip.tokenization import tokenize_captions, with_prefix
 
 PREFIX = "A photo depicts"
 

@@ -17,7 +17,7 @@ import time
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from capeval.backbones import Backbone
+from capeval.clip.backbones import Backbone
 
 
 class SleepingCLIP(torch.nn.Module):

@@ -14,17 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from capeval.backbones import Backbone
-from capeval.encoding import (
-    _default_workers,
-    encode_images,
-    encode_texts,
-    image_reader,
-    pad_batch,
-    tokenize_unique,
-)
+from capeval.clip.backbones import Backbone
+from capeval.clip.image_encoding import default_workers, encode_images, image_reader
+from capeval.clip.text_encoding import encode_texts, pad_batch, tokenize_unique
+from capeval.clip.tokenization import clear_word_cache
 from capeval.perf.workload import _caption, draw_photo_like
-from capeval.tokenization import clear_word_cache
 
 
 def make_jpeg_corpus(root: str | Path, n_files: int, n_distinct: int = 256, seed: int = 0) -> list[str]:
@@ -66,7 +60,7 @@ def pool_images_per_s(
     reader: str | None = None,
 ) -> float:
     """Decode + pre-process throughput of the reader ``encode_images`` would use, with no model."""
-    workers = num_workers or _default_workers(device)
+    workers = num_workers or default_workers(device)
     read = image_reader(reader, device, len(paths), batch_size, workers)
     start = time.perf_counter()
     for _ in read(paths, list(range(len(paths))), size, batch_size, workers, device.type == "cuda"):

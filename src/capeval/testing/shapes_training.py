@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-from capeval.images import normalize_pixels, resize_and_crop
+from capeval.clip.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.clip.images import normalize_pixels, resize_and_crop
+from capeval.clip.tokenization import PREFIX, tokenize_captions, with_prefix
 from capeval.testing import shapes
 from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
-from capeval.tokenization import PREFIX, tokenize_captions, with_prefix
 
 
 @dataclass
@@ -234,8 +234,9 @@ def evaluate_shapes_clip(
         is their own scene's;
         ``n_images``.
     """
-    from capeval.backbones import load_backbone
-    from capeval.encoding import encode_images, encode_texts
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
 
     backbone = load_backbone(str(model), device="cpu")
     images, scenes = held_out_images(n_images, seed)

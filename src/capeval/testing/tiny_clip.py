@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.clip.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 
 VOCAB_SIZE = 49408  # 256 bytes x 2 + 48,894 merges + start/end-of-text
 BOS_ID, EOS_ID = 49406, 49407

@@ -1,28 +1,21 @@
-"""Word-embedding caption metrics: WMD (COCO toolkit protocol) and WEmbSim, with their word vectors.
+"""The word-vector engine under WMD and WEmbSim (``capeval.wmd``, ``capeval.wembsim``): knows no metric.
 
-Modules: ``vectors`` (loading every common format, the packaged GloVe default, Hub files), ``tokenize``
-(the toolkit's PTB tokenisation in pure Python), ``stopwords``, ``documents`` (batch bag-of-words),
-``wmd``, ``wembsim`` and ``bench`` (speed and agreement measurements against gensim).
+Modules: ``vectors`` (loading every common format, the packaged GloVe default, Hub files), ``gensim_pickle``
+(gensim's pickled files without running them), ``tokenize`` (the COCO toolkit's PTB tokenisation in pure
+Python), ``stopwords``, ``documents`` (batch bag-of-words, mean embeddings) and ``transport`` (WMD's exact
+transport problems through POT).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+from capeval._lazy import lazy_exports
 
-_LAZY = {
-    "WMD": "capeval.text.wmd",
-    "WEmbSim": "capeval.text.wembsim",
+_PUBLIC = {
     "load_vectors": "capeval.text.vectors",
     "WordVectors": "capeval.text.vectors",
     "ptb_tokenize": "capeval.text.tokenize",
     "coco_tokens": "capeval.text.tokenize",
     "COCO_WMD_STOPWORDS": "capeval.text.stopwords",
 }
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capeval.text' has no attribute {name!r}")
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from capeval.text.tokenize import coco_tokens
 from capeval.text.vectors import WordVectors
@@ -123,3 +124,13 @@ def prepare(
 
 def default_tokenizer(text: str) -> list[str]:
     return coco_tokens(text)
+
+
+def mean_embeddings(docs: Documents) -> np.ndarray:
+    """(n_docs, D) mean word embedding of each document (zeros for an empty one).
+
+    The nBOW weights are count / length, so the weighted sum is the mean over the tokens.
+    """
+    bow = sp.csr_matrix((docs.weights, docs.words, docs.ptr), shape=(len(docs), max(len(docs.vocabulary), 1)))
+    emb = docs.embeddings if len(docs.vocabulary) else np.zeros((1, docs.embeddings.shape[1]))
+    return np.asarray(bow @ emb)

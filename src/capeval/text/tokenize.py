@@ -145,3 +145,12 @@ def coco_tokens(text: str, tokenizer: Callable[[str], list[str]] = ptb_tokenize)
 def remove_stopwords(tokens: Iterable[str], stopwords: frozenset[str]) -> list[str]:
     """Tokens not in ``stopwords`` (exact, case-sensitive match, as the toolkit's set lookup)."""
     return [t for t in tokens if t not in stopwords]
+
+
+def resolve_tokenizer(tokenizer) -> tuple[str, Callable[[str], list[str]]]:
+    """The tokenizer option of WMD and WEmbSim: its signature label and the function (``"ptb"``: ``coco_tokens``)."""
+    if tokenizer in (None, "ptb"):
+        return "ptb", coco_tokens
+    if callable(tokenizer):
+        return f"custom:{getattr(tokenizer, '__name__', type(tokenizer).__name__)}", tokenizer
+    raise ValueError(f"tokenizer must be 'ptb' or a callable (caption -> tokens), got {tokenizer!r}")

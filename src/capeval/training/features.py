@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from capeval.backbones import Backbone
-from capeval.images import normalize_pixels, preprocess_image
-from capeval.tokenization import tokenize_captions, with_prefix
+from capeval.clip.backbones import Backbone
+from capeval.clip.images import normalize_pixels, preprocess_image
+from capeval.clip.tokenization import tokenize_captions, with_prefix
 
 CHUNK = 256  # dataset rows decoded at a time
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from capeval.tokenization import PREFIX
+from capeval.clip.tokenization import PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def train_pacs(
 def _train(model, train_dataset, val_dataset, output_dir, cfg, resume, device, progress) -> TrainResult:
     from tqdm.auto import tqdm
 
-    from capeval.backbones import load_backbone
+    from capeval.clip.backbones import load_backbone
     from capeval.training.features import tuple_features
 
     cfg = cfg or PACSTrainConfig()
@@ -271,7 +271,7 @@ def _train(model, train_dataset, val_dataset, output_dir, cfg, resume, device, p
 
 def _read_state(path: Path, record: dict) -> dict | None:
     """The saved state of an interrupted run, if any; refused when it was made with other settings."""
-    from capeval.checkpoints import torch_load_weights
+    from capeval.clip.checkpoints.files import torch_load_weights
 
     if not path.is_file():
         return None
@@ -378,7 +378,7 @@ def save_trained_model(
     backbone, vis_weight: torch.Tensor, txt_weight: torch.Tensor, folder: Path, provenance: dict
 ) -> Path:
     """The backbone with new projections, saved as a self-contained transformers folder (safetensors)."""
-    from capeval.pacscore import save_model_folder
+    from capeval.clip.checkpoints.convert import save_model_folder
 
     model = copy.deepcopy(backbone.model).float().cpu()
     with torch.no_grad():

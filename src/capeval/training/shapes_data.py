@@ -48,8 +48,9 @@ def caption_ranking_accuracy(
     model: str, images: list, scenes: list, prefix: str | None = "A photo depicts"
 ) -> float:
     """Share of images whose own canonical caption ranks first among all scenes' captions (through capeval)."""
-    from capeval.backbones import load_backbone
-    from capeval.encoding import encode_images, encode_texts
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
 
     backbone = load_backbone(str(model), device="cpu")
     grid = shapes.all_scenes()
@@ -80,8 +81,8 @@ def shapes_clip_without_projections(out_dir, seed: int = 0):
     """
     from transformers import CLIPModel
 
-    from capeval.backbones import load_backbone
-    from capeval.pacscore import save_model_folder
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.checkpoints.convert import save_model_folder
 
     source = shapes.shapes_clip_path()
     model = CLIPModel.from_pretrained(source).float()

@@ -3,12 +3,12 @@
 Launch a script with ``torchrun --nproc_per_node N script.py`` or ``accelerate launch --multi_gpu
 --num_processes N script.py`` (gloo on CPU, NCCL on GPUs) and call ``score_distributed`` in every process::
 
-    from capeval.distributed import score_distributed
+    from capeval.corpus.distributed import score_distributed
     result = score_distributed("clipscore", captions, images=paths, model="openai/clip-vit-base-patch32")
 
 Every process receives the full result, in input order. The numbers equal a single-process run exactly:
 the distinct images (first occurrences, in input order) are cut into the same batches of ``batch_size`` that
-``capeval.encoding.encode_images`` forms, and the distinct captions into the same length-sorted batches
+``capeval.clip.encode_images`` forms, and the distinct captions into the same length-sorted batches
 that ``encode_texts`` forms; the batches are dealt round-robin to the processes and the embeddings summed
 back with one all-reduce (each row has one non-zero contributor, so the sum is exact). Videos (EMScore) are
 split by video, which changes how frames are batched: equal to a single-process run up to float rounding.
@@ -20,90 +20,18 @@ multi-process mode instead (``capeval.load(name, num_process=N, process_id=rank)
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 import re
 from collections.abc import Sequence
-from importlib import import_module
 from typing import Any
 
 import torch
 
-from capeval.batching import _progress, gc_paused
-from capeval.encoding import encode_images, unique_indices
-from capeval.images import image_key
-from capeval.text_encoding import CaptionIds, encode_batches, length_batches
-
-# Metric name -> public class name in the capeval namespace (loaded lazily, so metrics landing later work).
-METRIC_CLASSES = {
-    "clipscore": "CLIPScore",
-    "refclipscore": "RefCLIPScore",
-    "pacscore": "PACScore",
-    "wmd": "WMD",
-    "wembsim": "WEmbSim",
-    "emscore": "EMScore",
-}
-_MODULES = {
-    "clipscore": "capeval.clipscore",
-    "refclipscore": "capeval.clipscore",
-    "pacscore": "capeval.pacscore",
-    "wmd": "capeval.text.wmd",
-    "wembsim": "capeval.text.wembsim",
-    "emscore": "capeval.emscore",
-}
-
-
-def metric_class(name: str) -> type:
-    """The plain-API class of a metric name (``"clipscore"`` -> ``capeval.CLIPScore``).
-
-    Raises:
-        ValueError: unknown name, or a metric this capeval installation does not provide.
-    """
-    if name not in METRIC_CLASSES:
-        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(METRIC_CLASSES)}")
-    import capeval
-
-    cls_name = METRIC_CLASSES[name]
-    try:
-        return getattr(capeval, cls_name)
-    except AttributeError:
-        pass
-    try:  # a metric not (yet) exported at the top level
-        return getattr(import_module(_MODULES[name]), cls_name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"metric {name!r} ({cls_name}) is not available in this capeval") from err
-
-
-def accepted_options(cls: type) -> set[str]:
-    """Keyword arguments a metric class's constructor takes, following ``*args, **kwargs`` up the MRO."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters.values()
-        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    names.discard("self")
-    return names
-
-
-def call_inputs(scorer: Any) -> set[str]:
-    """Keyword inputs a scorer's ``__call__`` takes (``images``, ``references``, ``videos``, ...)."""
-    params = inspect.signature(scorer.__call__).parameters
-    return {n for n in params if n != "predictions"}
-
-
-def build_scorer(name: str, **options) -> Any:
-    """``metric_class(name)(**options)``; options the class does not take are an error naming them."""
-    cls = metric_class(name)
-    unknown = sorted(set(options) - accepted_options(cls))
-    if unknown:
-        raise TypeError(
-            f"{name} does not take the option(s) {unknown}; it takes {sorted(accepted_options(cls))}"
-        )
-    return cls(**options)
+from capeval.clip.batching import gc_paused, progress_bar, unique_indices
+from capeval.clip.image_encoding import encode_images
+from capeval.clip.images import image_key
+from capeval.clip.text_encoding import CaptionIds, encode_batches, length_batches
+from capeval.registry import build_scorer, call_inputs
 
 
 class SingleProcess:
@@ -249,7 +177,7 @@ def sharded_encode_texts(
     out = torch.zeros(len(captions.ids), backbone.embed_dim)
     if mine:
         show = progress if state.is_main_process else False
-        with _progress(sum(len(b) for b in mine), "captions", show) as bar:
+        with progress_bar(sum(len(b) for b in mine), "captions", show) as bar:
             positions, pooled, _ = encode_batches(backbone, captions.ids, mine, batch_size, False, bar)
         out[positions] = pooled
     return _sum_across(out, state)[captions.inverse]
@@ -259,7 +187,8 @@ def sharded_encode_videos(backbone, videos: Sequence, scorer, state) -> list[tor
     """Frame embeddings of each video, the distinct videos split into one contiguous group per process."""
     from accelerate.utils import gather_object
 
-    from capeval.video import encode_videos, video_key
+    from capeval.clip.frame_encoding import encode_videos
+    from capeval.clip.video import video_key
 
     keys = [video_key(v, i) for i, v in enumerate(videos)]
     uniques, inverse = unique_indices(keys)

@@ -9,7 +9,7 @@ length (a close stand-in for their token counts), are tokenised in windows on a 
 model encodes the previous window, each window sorted by token count and cut into batches. The model starts
 after the first small window instead of after the whole corpus, and padding stays within a few per cent of
 one global sort's. The batches depend only on the captions and the batch size (not on the device or on
-threads), so ``capeval.distributed`` deals out exactly the batches a single process forms.
+threads), so ``capeval.corpus.distributed`` deals out exactly the batches a single process forms.
 """
 
 from __future__ import annotations
@@ -22,9 +22,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import Backbone
-from capeval.batching import BATCH_SIZE, _BatchSize, _progress, gc_paused, run_with_backoff, unique_indices
-from capeval.tokenization import tokenize_captions, with_prefix
+from capeval.clip.backbones import Backbone
+from capeval.clip.batching import (
+    BATCH_SIZE,
+    _BatchSize,
+    gc_paused,
+    progress_bar,
+    run_with_backoff,
+    unique_indices,
+)
+from capeval.clip.tokenization import tokenize_captions, with_prefix
 
 FIRST_WINDOW = 1024  # distinct captions tokenised before the first forward pass
 WINDOW = 4096  # middle windows: at least 4 batches, so sorting within a window pads little more than one sort
@@ -229,7 +236,7 @@ def _encode_all(backbone: Backbone, texts: Sequence[str], prefix, batch_size, pr
     captions = CaptionIds(backbone, texts, prefix)
     # On the CPU the model and the tokenizer would share the same cores: no thread there.
     background = backbone.device.type != "cpu"
-    with gc_paused(), _progress(len(captions.strings), "captions", progress) as bar:
+    with gc_paused(), progress_bar(len(captions.strings), "captions", progress) as bar:
         batches = length_batches(captions, batch_size, background=background)
         positions, emb, toks = encode_batches(backbone, captions.ids, batches, batch_size, want_tokens, bar)
         bar.update(bar.total - bar.n)  # strings that shared another string's ids

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from capeval.backbones import Backbone
+from capeval.clip.backbones import Backbone
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vec BLOB, error TEXT) WITHOUT ROWID",
@@ -269,7 +269,7 @@ class CachedEncoder:
         return list(self.pool.map(one, images))
 
     def _prepare(self, image, index: int):
-        from capeval.images import preprocess_image
+        from capeval.clip.images import preprocess_image
 
         try:
             return preprocess_image(image, index, self.backbone.image_size), None
@@ -281,7 +281,7 @@ class CachedEncoder:
 
         Decoding failures are stored too: the same bytes fail the same way, and a rerun reports them unread.
         """
-        from capeval.encoding import encode_images
+        from capeval.clip.image_encoding import encode_images
 
         first: dict[bytes, tuple[int, Any]] = {}
         for index, (content, image) in enumerate(items):
@@ -320,7 +320,7 @@ class CachedEncoder:
 
     def text_vectors(self, texts: Sequence[str]) -> dict[bytes, torch.Tensor]:
         """Embeddings by ``hash_text(caption)`` (the prefix is joined when encoding)."""
-        from capeval.encoding import encode_texts
+        from capeval.clip.text_encoding import encode_texts
 
         first: dict[bytes, str] = {}
         for t in texts:

@@ -61,7 +61,7 @@ def run_with_backoff(
         start += len(chunk)
 
 
-def _progress(total: int, desc: str, progress: bool | None):
+def progress_bar(total: int, desc: str, progress: bool | None):
     from tqdm.auto import tqdm
 
     # None: a bar only on a terminal and only for work worth watching.

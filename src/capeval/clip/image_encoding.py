@@ -2,7 +2,7 @@
 
 Images are read and resized by worker threads (CPU) or processes (GPU) while the model runs on the previous
 batch. On GPU out-of-memory the batch size is halved and the batch retried. Captions are encoded by
-``capeval.text_encoding``; its functions are re-exported here, so ``capeval.encoding`` is the one entry point.
+``capeval.clip.text_encoding``; its functions are re-exported here, so ``capeval.clip`` is the one entry point.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.backbones import Backbone
-from capeval.batching import BATCH_SIZE, _BatchSize, _progress, run_with_backoff, unique_indices
-from capeval.images import image_key, normalize_pixels, preprocess_image
-from capeval.text_encoding import encode_text_tokens, encode_texts, pad_batch, tokenize_unique
+from capeval.clip.backbones import Backbone
+from capeval.clip.batching import BATCH_SIZE, _BatchSize, progress_bar, run_with_backoff, unique_indices
+from capeval.clip.images import image_key, normalize_pixels, preprocess_image
+from capeval.clip.text_encoding import encode_text_tokens, encode_texts, pad_batch, tokenize_unique
 
 __all__ = [
     "BATCH_SIZE",
@@ -38,7 +38,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _default_workers(device: torch.device | None = None) -> int:
+def default_workers(device: torch.device | None = None) -> int:
     cores = os.cpu_count() or 2
     # On a GPU decoding is the bottleneck: use every core. On the CPU the model needs the cores itself.
     return max(1, min(32, cores) if device is not None and device.type == "cuda" else min(4, cores))
@@ -204,12 +204,12 @@ def encode_images(
     if not uniques:
         image_reader(reader, backbone.device, 0, batch_size, 1)
         return torch.zeros(0, backbone.embed_dim)
-    workers = num_workers or _default_workers(backbone.device)
+    workers = num_workers or default_workers(backbone.device)
     pin = backbone.device.type == "cuda"
     read = image_reader(reader, backbone.device, len(uniques), batch_size, workers)
     forward_size = _BatchSize(batch_size)
     pieces: list[torch.Tensor] = []
-    with _progress(len(uniques), "images", progress) as bar:
+    with progress_bar(len(uniques), "images", progress) as bar:
         for pixels in read(images, uniques, backbone.image_size, batch_size, workers, pin):
             rows = list(range(len(pixels)))
             for chunk, emb in run_with_backoff(

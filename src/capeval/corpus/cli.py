@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from capeval.corpus import CHUNK_SIZE, IMAGE_METRICS, score_corpus
+from capeval.corpus.run import CHUNK_SIZE, IMAGE_METRICS, score_corpus
 
 
 def add_corpus_arguments(parser) -> None:
@@ -41,7 +41,7 @@ def corpus_command(args) -> int:
     """``capeval score --corpus SOURCE --output DIR [...]``."""
     if not args.output:
         raise SystemExit("capeval score --corpus: give --output DIR")
-    from capeval.backbones import DEFAULT_MODEL
+    from capeval.clip.backbones import DEFAULT_MODEL
 
     # Unset --model: PAC-S takes its checkpoint's base model, the others the paper's CLIP.
     model = args.model or (None if args.metric == "pacscore" else DEFAULT_MODEL)
@@ -69,7 +69,7 @@ def corpus_command(args) -> int:
         num_workers=args.num_workers,
         **options,
     )
-    from capeval.distributed import process_state
+    from capeval.corpus.distributed import process_state
 
     if process_state().is_main_process:
         s = result.summary

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-METRICS = ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
+from capeval.registry import METRICS
 
 
 def _module_roots() -> list[Path]:
-    here = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     # Wheels carry the modules inside the package; an editable install or a clone reads the repo's metrics/.
-    return [here / "_modules", here.parent.parent / "metrics"]
+    return [package / "_modules", package.parents[1] / "metrics"]
 
 
 def module_path(name: str) -> Path:

@@ -8,7 +8,6 @@ score's signature names exactly the weights that produced it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from capeval.clip.checkpoints.files import weights_sha256
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
 OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
@@ -116,19 +117,6 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
 
 
-def weights_sha256(folder: Path) -> str:
-    """sha256 over the weight files of a model folder (sorted by name), as a 12-hex-digit tag."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.name.endswith((".safetensors", ".bin")))
-    if not files:
-        raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
-    for path in files:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(chunk)
-    return "sha256:" + digest.hexdigest()[:12]
-
-
 def _offline_help(model: str) -> str:
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
     state = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
@@ -204,7 +192,7 @@ def load_backbone(
         model: Hub id (e.g. ``openai/clip-vit-base-patch32``) or a local transformers folder.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
-        checkpoint: extra weights loaded over the model (PAC-S); see ``capeval.checkpoints``.
+        checkpoint: extra weights loaded over the model (PAC-S); see ``capeval.clip.checkpoints``.
 
     Raises:
         ValueError: unknown model, device or dtype, or a folder that is not a CLIP model.
@@ -256,7 +244,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
             hf_logging.enable_progress_bar()
     weights_tag = None
     if checkpoint is not None:
-        from capeval.checkpoints import load_checkpoint_into
+        from capeval.clip.checkpoints.load import load_checkpoint_into
 
         weights_tag = load_checkpoint_into(clip, checkpoint)
     clip.eval().requires_grad_(False)
@@ -279,7 +267,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
 
 def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
     """The refused pickled weights file of a model folder, with the globals it would have needed."""
-    from capeval.checkpoints.files import unpickling_refusal
+    from capeval.clip.checkpoints.files import unpickling_refusal
 
     hint = "Use the model's safetensors weights (model.safetensors), or re-save them from a trusted copy."
     for path in sorted(folder.glob("*.bin")):

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.checkpoints.files import file_sha256
+from capeval.clip.checkpoints.files import file_sha256, weights_sha256
 
 PROVENANCE_FILE = "pacscore.json"  # written next to a converted model: where its weights came from
 _STATE_DICT_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".safetensors")
@@ -42,8 +42,6 @@ class ResolvedCheckpoint:
     def sha256(self) -> str:
         """``sha256:`` and the first 12 hex digits of the weights (the weight files, for a folder)."""
         if self.kind == "model_folder":
-            from capeval.backbones import weights_sha256
-
             return weights_sha256(self.path)
         return "sha256:" + file_sha256(self.path)[:12]
 

@@ -11,56 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
+from capeval.scores import reduce_over_references, reference_cosines
 from capeval.signature import build_signature
-from capeval.text.documents import Documents, prepare
+from capeval.text.documents import mean_embeddings, prepare
 from capeval.text.stopwords import resolve_stopwords
+from capeval.text.tokenize import resolve_tokenizer
 from capeval.text.vectors import WordVectors, load_vectors
-from capeval.text.wmd import _tokenizer_option, warn_empty
-from capeval.validation import check_predictions, check_references
+from capeval.validation import check_predictions, check_references, warn_empty
 
 REDUCTIONS = ("mean", "max", "min")
 REDUCTION = "mean"  # Sharif et al. 2020: the cosines with the references are averaged
-
-
-def mean_embeddings(docs: Documents) -> np.ndarray:
-    """(n_docs, D) mean word embedding of each document (zeros for an empty one).
-
-    The nBOW weights are count / length, so the weighted sum is the mean over the tokens.
-    """
-    bow = sp.csr_matrix((docs.weights, docs.words, docs.ptr), shape=(len(docs), max(len(docs.vocabulary), 1)))
-    emb = docs.embeddings if len(docs.vocabulary) else np.zeros((1, docs.embeddings.shape[1]))
-    return np.asarray(bow @ emb)
-
-
-def reference_cosines(
-    centroids: np.ndarray, candidate_doc: np.ndarray, reference_doc: np.ndarray, owner: np.ndarray
-) -> np.ndarray:
-    """(M,) cosine of each reference's mean embedding with its candidate's; NaN where either is zero."""
-    norms = np.linalg.norm(centroids, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        unit = centroids / norms[:, None]
-    unit[norms == 0] = np.nan
-    c = unit[candidate_doc[owner]]
-    r = unit[reference_doc]
-    return np.einsum("ij,ij->i", c, r)
-
-
-def combine(cosines: np.ndarray, owner: np.ndarray, n: int, reduction: str) -> np.ndarray:
-    """(n,) per-candidate ``mean``/``max``/``min`` of its finite cosines; 0 when none is finite."""
-    valid = np.isfinite(cosines)
-    counts = np.bincount(owner, weights=valid, minlength=n)
-    out = np.zeros(n)
-    if reduction == "mean":
-        sums = np.bincount(owner, weights=np.where(valid, cosines, 0.0), minlength=n)
-        np.divide(sums, counts, out=out, where=counts > 0)
-        return out
-    fill = -np.inf if reduction == "max" else np.inf
-    values = np.where(valid, cosines, fill)
-    best = np.full(n, fill)
-    (np.maximum if reduction == "max" else np.minimum).at(best, owner, values)
-    return np.where(counts > 0, best, 0.0)
 
 
 class WEmbSim:
@@ -90,7 +51,7 @@ class WEmbSim:
         self.reduction = reduction
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
         self.normalize_vectors = bool(normalize_vectors)
-        self.tokenizer_label, self.tokenizer = _tokenizer_option(tokenizer)
+        self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
 
     def signature_options(self) -> dict[str, object]:
         return {
@@ -127,7 +88,7 @@ class WEmbSim:
         ref_doc = prepared.doc[len(predictions) :]
         centroids = mean_embeddings(docs)
         cosines = reference_cosines(centroids, cand_doc, ref_doc, owner)
-        scores = combine(cosines, owner, len(predictions), self.reduction)
+        scores = reduce_over_references(cosines, owner, len(predictions), self.reduction)
         sizes = docs.sizes
         warn_empty("predictions", np.flatnonzero(sizes[cand_doc] == 0), "score 0")
         empty_refs = np.flatnonzero(sizes[ref_doc] == 0)

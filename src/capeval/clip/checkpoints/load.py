@@ -1,19 +1,4 @@
-"""PAC-S and other CLIP checkpoints in their authors' formats, loaded into transformers' ``CLIPModel``.
-
-``checkpoint=`` accepts:
-
-- a state-dict file: the PAC-S authors' ``.pth`` (``{"state_dict": {...}}`` holding a full OpenAI-CLIP state
-  dict as ``clip/model.py`` names it, or an OpenCLIP one, whose ViT CLIPs use the same names), with or
-  without DataParallel ``module.`` prefixes; a state dict already in transformers' names is taken as is.
-  Files are read with ``torch.load(weights_only=True)``: nothing in them can run;
-- a converted transformers folder (``scripts/convert_pacscore.py`` writes one) or a Hub repo holding one
-  (``"org/name"``);
-- a file inside a Hub repo: ``"org/name/path/file.pth"``.
-
-Loading fails loudly instead of half-loading: the architecture (widths, depths, patch, image size, heads)
-is compared first, every tensor of the target model must come from the checkpoint and every tensor of the
-checkpoint must be used.
-"""
+"""Loading a checkpoint's tensors into a transformers ``CLIPModel``, checked against its architecture."""
 
 from __future__ import annotations
 
@@ -21,48 +6,18 @@ import os
 
 import torch
 
-from capeval.checkpoints.files import file_sha256, read_model_folder, read_state_dict, torch_load_weights
-from capeval.checkpoints.layout import (
-    HEAD_WIDTH,
-    PACS_BASE_MODELS,
-    CheckpointWarning,
+from capeval.clip.checkpoints.files import read_model_folder, read_state_dict
+from capeval.clip.checkpoints.layout import (
     ClipGeometry,
-    base_model_for,
     check_architecture,
-    check_config_heads,
     convert_openai_state_dict,
     copy_into,
     is_transformers_layout,
 )
-from capeval.checkpoints.locate import PROVENANCE_FILE, ResolvedCheckpoint, resolve_checkpoint
+from capeval.clip.checkpoints.locate import ResolvedCheckpoint, resolve_checkpoint
 
 PACS_WEIGHTS_URL = "https://drive.google.com/drive/folders/15Da_nh7CYv8xfryIdETG6dPFSqcBiqpd"
 PACS_REPO_URL = "https://github.com/aimagelab/pacscore"
-
-__all__ = [
-    "HEAD_WIDTH",
-    "PACS_BASE_MODELS",
-    "PACS_REPO_URL",
-    "PACS_WEIGHTS_URL",
-    "PROVENANCE_FILE",
-    "CheckpointWarning",
-    "ClipGeometry",
-    "ResolvedCheckpoint",
-    "base_model_for",
-    "check_architecture",
-    "check_config_heads",
-    "checkpoint_geometry",
-    "checkpoint_tensors",
-    "convert_openai_state_dict",
-    "copy_into",
-    "file_sha256",
-    "load_checkpoint_into",
-    "missing_checkpoint_help",
-    "read_model_folder",
-    "read_state_dict",
-    "resolve_checkpoint",
-    "torch_load_weights",
-]
 
 
 def missing_checkpoint_help() -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from capeval.distributed import METRIC_CLASSES, accepted_options, call_inputs, metric_class
+from capeval.registry import METRIC_CLASSES, accepted_options, call_inputs, metric_class
 
 logger = logging.getLogger(__name__)
 UNSUPPORTED = {"emscore": "emscore scores videos; the Trainer hooks pair predictions with images"}
@@ -263,7 +263,7 @@ class CaptionMetrics:
 
             distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if distributed and hasattr(scorer, "backbone"):
-            from capeval.distributed import sharded
+            from capeval.corpus.distributed import sharded
 
             return sharded(scorer)
         return scorer
@@ -315,7 +315,7 @@ def make_compute_metrics(
             ``batch_size``, ``vectors``, ``checkpoint``...); one taken by no metric is an error.
         empty_predictions: ``"zero"`` (an empty decoded caption scores 0 in every metric and is counted under
             ``empty_predictions``) or ``"raise"``.
-        distributed: share image encoding across processes with ``capeval.distributed``; ``None`` does so
+        distributed: share image encoding across processes with ``capeval.corpus.distributed``; ``None`` does so
             when torch.distributed is initialised with several processes (multi-GPU training).
 
     Returns:

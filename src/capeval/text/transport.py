@@ -1,9 +1,4 @@
-"""Word Mover's Distance for captions (Kusner et al. 2015), as the COCO caption toolkit scores it.
-
-Per candidate and reference: lower-cased PTB tokens without punctuation and without the toolkit's stopwords,
-out-of-vocabulary words dropped, normalised bag-of-words weights, Euclidean costs between the word vectors
-(raw vectors as gensim 3 computed it for the toolkit; ``normalize_vectors=True`` gives gensim 4's default),
-exact transport by POT; score = exp(-WMD / sigma) with the best reference, corpus score = mean.
+"""Word Mover's Distance of a batch of captions to their references: exact transport, batched and pruned.
 
 The batch is computed at once and gives, per candidate, exactly the distance of a gensim ``wmdistance`` loop
 (to float rounding): every caption is tokenised once, the batch vocabulary embedded once, cost entries come
@@ -18,23 +13,15 @@ problems), optionally in worker processes.
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from capeval.signature import build_signature
-from capeval.text.documents import Documents, prepare
-from capeval.text.stopwords import resolve_stopwords
-from capeval.text.tokenize import coco_tokens
-from capeval.text.vectors import WordVectors, load_vectors
-from capeval.validation import check_predictions, check_references
+from capeval.text.documents import Documents
 
-SIGMA = 1.0  # tylin/coco-caption pycocoevalcap/wmd/wmd.py: self.sigma = 1.0; score = exp(-WMD / sigma)
 MAX_ITER = 100_000  # POT ot.emd2 default numItermax
 # Processes pay once a batch's exact problems hold this many cost entries (long texts, not 10-word captions).
 PARALLEL_MIN_ENTRIES = 2_000_000
@@ -258,116 +245,3 @@ def _executor(workers: int) -> ProcessPoolExecutor:
 
     method = "fork" if "fork" in mp.get_all_start_methods() and os.name == "posix" else "spawn"
     return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method))
-
-
-def _tokenizer_option(tokenizer) -> tuple[str, Callable[[str], list[str]]]:
-    if tokenizer in (None, "ptb"):
-        return "ptb", coco_tokens
-    if callable(tokenizer):
-        return f"custom:{getattr(tokenizer, '__name__', type(tokenizer).__name__)}", tokenizer
-    raise ValueError(f"tokenizer must be 'ptb' or a callable (caption -> tokens), got {tokenizer!r}")
-
-
-def warn_empty(kind: str, indices: Iterable[int], consequence: str) -> None:
-    """Report captions left without any in-vocabulary word (nothing is dropped silently)."""
-    indices = list(indices)
-    if indices:
-        shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
-        label = "(prediction, reference)" if isinstance(indices[0], tuple) else "index"
-        warnings.warn(
-            f"{len(indices)} {kind} have no in-vocabulary word after stopword removal ({label} {shown}): "
-            f"{consequence}",
-            stacklevel=3,
-        )
-
-
-class WMD:
-    """WMD similarity of captions to their references: exp(-WMD / sigma) with the best reference.
-
-    Args:
-        vectors: word vectors: ``None`` for the packaged GloVe-6B-50d, a file, a Hub repo (e.g.
-            ``fse/word2vec-google-news-300``, the toolkit's vectors) or loaded vectors; see ``load_vectors``.
-        sigma: scale of the distance in the score (1 in the toolkit).
-        normalize_vectors: unit-length word vectors (gensim 4's ``wmdistance`` default); ``False`` keeps the
-            raw vectors, as gensim 3 did for the toolkit.
-        stopwords: ``"coco"`` (the toolkit's list), ``"none"`` or a set of words.
-        tokenizer: ``"ptb"`` (the toolkit's tokenisation without Java) or a callable caption -> tokens.
-        prune: skip references whose lower bound shows they cannot be the best (never changes a score).
-        num_workers: processes for the transport problems; ``None`` uses them only for large problems.
-    """
-
-    name = "wmd"
-
-    def __init__(
-        self,
-        vectors=None,
-        sigma: float = SIGMA,
-        normalize_vectors: bool = False,
-        stopwords="coco",
-        tokenizer="ptb",
-        prune: bool = True,
-        num_workers: int | None = None,
-    ) -> None:
-        if not isinstance(sigma, (int, float)) or not math.isfinite(sigma) or sigma <= 0:
-            raise ValueError(f"sigma must be a positive number, got {sigma!r}")
-        self.vectors: WordVectors = load_vectors(vectors)
-        self.sigma = float(sigma)
-        self.normalize_vectors = bool(normalize_vectors)
-        self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
-        self.tokenizer_label, self.tokenizer = _tokenizer_option(tokenizer)
-        self.prune = bool(prune)
-        self.num_workers = num_workers
-        self.last_stats: WMDResult | None = None
-
-    def signature_options(self) -> dict[str, object]:
-        return {
-            "vectors": self.vectors.tag,
-            "normalize_vectors": self.normalize_vectors,
-            "sigma": self.sigma,
-            "stopwords": self.stopwords_label,
-            "tokenizer": self.tokenizer_label,
-            "references": "best",
-        }
-
-    @property
-    def signature(self) -> str:
-        return build_signature(self.name, self.signature_options(), libraries=("gensim", "POT"))
-
-    def __call__(self, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict:
-        """Score each caption against its references.
-
-        Returns:
-            dict: ``wmd`` (mean score), ``scores`` (exp(-WMD/sigma) to the best reference, input order),
-            ``distances`` (that reference's WMD; ``inf`` when the candidate or all its references have no
-            in-vocabulary word, whose score is then 0), ``signature``.
-        """
-        predictions = check_predictions(predictions)
-        references = check_references(references, len(predictions))
-        flat_refs = [r for refs in references for r in refs]
-        owner = np.repeat(np.arange(len(predictions)), [len(r) for r in references])
-        prepared = prepare(
-            predictions + flat_refs, self.vectors, self.stopwords, self.tokenizer, self.normalize_vectors
-        )
-        docs = prepared.documents
-        cand_doc = prepared.doc[: len(predictions)]
-        ref_doc = prepared.doc[len(predictions) :]
-        result = best_reference_wmd(
-            docs, cand_doc, ref_doc, owner, prune=self.prune, num_workers=self.num_workers
-        )
-        self.last_stats = result
-        sizes = docs.sizes
-        warn_empty("predictions", np.flatnonzero(sizes[cand_doc] == 0), "score 0, distance inf")
-        empty_refs = np.flatnonzero(sizes[ref_doc] == 0)
-        warn_empty(
-            "references",
-            [(int(owner[k]), int(k - np.searchsorted(owner, owner[k]))) for k in empty_refs],
-            "they cannot be the best reference",
-        )
-        distances = result.distances
-        scores = np.exp(-distances / self.sigma)  # exp(-inf) = 0: no NaN, no inf in the mean
-        return {
-            self.name: float(scores.mean()),
-            "scores": scores.tolist(),
-            "distances": distances.tolist(),
-            "signature": self.signature,
-        }

@@ -7,7 +7,7 @@ of JSONL files, a folder of images with ``.txt`` captions, or a ``datasets`` dat
 - ``parts/part-NNNNNNNN.jsonl``: each part's results, written atomically (temporary file + rename) when the
   part is done: a part file exists complete or not at all. A rerun skips the parts that exist.
 - ``embeddings.sqlite``: every image and caption embedding, committed batch by batch and keyed by content
-  hash and model signature (``capeval.embedding_cache``): a run killed mid-part resumes from the last batch,
+  hash and model signature (``capeval.corpus.embedding_cache``): a run killed mid-part resumes from the last batch,
   and nothing is encoded twice, in this run or any later one sharing the cache.
 - ``scores.jsonl`` (one line per input row, in input order: ``index``, ``id``, the per-row scores, or
   ``error``), ``errors.jsonl``, ``kept.jsonl`` (rows whose score passes ``threshold``, with their fields) and
@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from capeval.corpus_sources import (
+from capeval.corpus.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
+from capeval.corpus.sources import (
     Columns,
     DatasetSource,
     ImageFolderSource,
@@ -46,7 +47,6 @@ from capeval.corpus_sources import (
     open_source,
     to_item,
 )
-from capeval.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
 
 __all__ = [
     "CorpusResult",
@@ -277,7 +277,8 @@ def score_corpus(
         CorpusResult: output paths and the summary (identical in every process).
     """
     from capeval import __version__
-    from capeval.distributed import _raise_if_any_failed, build_scorer, process_state
+    from capeval.corpus.distributed import _raise_if_any_failed, process_state
+    from capeval.registry import build_scorer
 
     if metric not in IMAGE_METRICS:
         raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.checkpoints.layout import METADATA_KEYS
+from capeval.clip.checkpoints.layout import METADATA_KEYS
 
 
 def _data_only_globals() -> list:
@@ -138,6 +138,19 @@ def read_model_folder(folder: Path) -> dict[str, torch.Tensor]:
         except Exception as err:  # noqa: BLE001 - safetensors raises several types for damaged files
             raise ValueError(f"{f} is truncated or corrupt: not a readable safetensors file ({err})") from err
     return sd
+
+
+def weights_sha256(folder: Path) -> str:
+    """sha256 over the weight files of a model folder (sorted by name), as a 12-hex-digit tag."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.iterdir() if p.name.endswith((".safetensors", ".bin")))
+    if not files:
+        raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
+    for path in files:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
+    return "sha256:" + digest.hexdigest()[:12]
 
 
 _SHA_CACHE: dict[tuple, str] = {}

@@ -9,13 +9,15 @@ dry run of ``scripts/push_to_hub.py`` stops there.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.modules import METRICS, module_path
+from capeval.integrations.evaluate_modules import module_path
+from capeval.registry import METRICS
 
 REPO_URL = "https://github.com/capeval/capeval"  # pyproject.toml [project.urls] Homepage
 SPACE_EXTRAS = "spaces"  # the extra that carries gradio, matplotlib and PyAV
@@ -25,7 +27,7 @@ _SKIP = ("__pycache__", ".pyc", ".pyi", ".DS_Store")
 
 def repo_root() -> Path:
     """The clone this package runs from (``spaces/`` lives there, not in the wheel)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def requirement(version: str | None = None, commit: str | None = None, repo_url: str = REPO_URL) -> str:
@@ -191,3 +193,25 @@ def parse_variables(pairs: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"Space variable {pair!r} must look like KEY=value")
         out[key] = value
     return out
+
+
+def push_converted(
+    folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None
+) -> str:
+    """Upload a converted folder to a Hub model repo (created if needed); returns the repo URL."""
+    from huggingface_hub import HfApi
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise ValueError(
+            f"{folder} is not a converted model folder (config.json and model.safetensors needed)"
+        )
+    api = HfApi(token=token)
+    url = api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        repo_type="model",
+        commit_message="PAC-S weights converted to transformers CLIPModel by capeval",
+    )
+    return str(url)

@@ -1,0 +1,24 @@
+"""Scoring corpora of any size: sources, resumable runs, the embedding cache, multi-process sharding.
+
+Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``embedding_cache`` (SQLite, keyed by
+content hash and model signature), ``run`` (``score_corpus``: parts written atomically, resume, filtering),
+``distributed`` (``score_distributed``: each process encodes its share under torchrun / accelerate) and ``cli``
+(``capeval score --corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
+"""
+
+from __future__ import annotations
+
+from capeval._lazy import lazy_exports
+
+_PUBLIC = {
+    "score_corpus": "capeval.corpus.run",
+    "CorpusResult": "capeval.corpus.run",
+    "CHUNK_SIZE": "capeval.corpus.run",
+    "IMAGE_METRICS": "capeval.corpus.run",
+    "score_distributed": "capeval.corpus.distributed",
+    "process_state": "capeval.corpus.distributed",
+    "EmbeddingCache": "capeval.corpus.embedding_cache",
+    "open_source": "capeval.corpus.sources",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

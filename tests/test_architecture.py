@@ -1,0 +1,203 @@
+"""The package's layers, as ARCHITECTURE.md draws them: every import of every module (those inside functions
+included) is walked; there is no cycle and no arrow from a lower wing up to a higher one."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import capeval
+
+PACKAGE = Path(capeval.__file__).resolve().parent
+REPO = PACKAGE.parents[1]
+
+# The modules directly under capeval/ that hold the metrics, their maths and what every metric shares.
+METRIC_MODULES = {"clipscore", "pacscore", "emscore", "emscore_matching", "wmd", "wembsim", "scores"}
+METRIC_MODULES |= {"signature", "validation", "registry"}
+# Which wings each wing may import (its own included). Lower wings never import higher ones.
+MAY_IMPORT = {
+    "clip": {"clip"},
+    "text": {"text"},
+    "metrics": {"metrics", "clip", "text"},
+    "corpus": {"corpus", "metrics", "clip", "text"},
+    "testing": {"testing", "clip", "metrics"},
+    "training": {"training", "testing", "metrics", "clip"},
+    "bench": {"bench", "metrics", "clip", "text"},
+    "integrations": {"integrations", "corpus", "metrics", "clip", "text"},
+    "demo": {"demo", "integrations", "testing", "metrics", "clip", "text"},
+    "perf": {"perf", "testing", "metrics", "clip", "text"},
+    "cli": {"cli", "bench", "corpus", "integrations", "metrics", "clip", "text"},
+}
+EXEMPT = {"capeval", "capeval._lazy"}  # the lazy package roots: they import no capeval module statically
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def wing(module: str) -> str:
+    parts = module.split(".")
+    if module in EXEMPT:
+        return "root"
+    if len(parts) == 2 and parts[1] in METRIC_MODULES:
+        return "metrics"
+    return parts[1]
+
+
+def _resolve(current: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = current if MODULES[current].name == "__init__.py" else current.rsplit(".", 1)[0]
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+def imports_of(module: str) -> set[str]:
+    """The capeval modules ``module`` imports anywhere in its body (``from X import y``: ``X.y`` when it is a
+    module, else ``X``)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node)
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n in MODULES}
+    return found - {module}
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_anywhere_in_the_package():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_function_level_imports():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_arrows_only_point_down_between_wings():
+    upward = [
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        if m not in EXEMPT
+        for t in targets
+        if t not in EXEMPT and wing(t) not in MAY_IMPORT[wing(m)]
+    ]
+    assert upward == []
+
+
+def test_the_clip_engine_imports_nothing_outside_itself():
+    clip = {m: t for m, t in GRAPH.items() if wing(m) == "clip"}
+    assert len(clip) >= 10
+    assert {t for targets in clip.values() for t in targets if wing(t) != "clip"} <= EXEMPT
+
+
+def test_every_module_belongs_to_a_wing():
+    assert {wing(m) for m in MODULES} - {"root"} <= set(MAY_IMPORT)
+    assert {m for m in MODULES if wing(m) == "root"} == EXEMPT
+
+
+def test_the_top_level_holds_at_most_14_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 14, top
+
+
+def test_metric_scripts_use_only_what_capeval_exports_at_its_top_level():
+    public = set(dir(capeval))
+    for script in sorted(REPO.glob("metrics/*/*.py")):
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("capeval"), f"{script.name}: from {node.module}"
+            if isinstance(node, ast.Import):
+                assert all(a.name == "capeval" or not a.name.startswith("capeval") for a in node.names)
+        used = {
+            n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "capeval"
+        }
+        assert used and used <= public, (script.name, used - public)
+
+
+@pytest.mark.parametrize(
+    "old, new, name",
+    [
+        ("capeval.backbones", "capeval.clip.backbones", "load_backbone"),
+        ("capeval.checkpoints", "capeval.clip.checkpoints", "read_state_dict"),
+        ("capeval.encoding", "capeval.clip", "encode_images"),
+        ("capeval.distributed", "capeval.corpus.distributed", "score_distributed"),
+        ("capeval.text.wmd", "capeval.wmd", "WMD"),
+        ("capeval.modules", "capeval.integrations.evaluate_modules", "module_path"),
+    ],
+)
+def test_old_module_paths_still_import_for_one_release_with_a_deprecation_warning(old, new, name):
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    assert module.__spec__.name == new  # the alias does not rename the real module
+    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
+    sys.modules.pop(old, None)
+
+
+def test_the_public_api_of_the_readme_resolves():
+    names = ("CLIPScore", "RefCLIPScore", "PACScore", "EMScore", "WMD", "WEmbSim", "load", "encode_images")
+    assert all(callable(getattr(capeval, name)) for name in names)
+    assert capeval.METRICS == ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
+    assert capeval.W_CLIP_S == 2.5 and capeval.W_PAC_S == 2.0 and capeval.PREFIX == "A photo depicts"
