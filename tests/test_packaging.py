@@ -71,7 +71,7 @@ def test_wheel_built_from_the_sdist_carries_the_modules_demo_and_shapes_clip(dis
     for metric in METRICS:
         assert f"capeval/_modules/{metric}/{metric}.py" in names
         assert f"capeval/_modules/{metric}/README.md" in names
-    assert "capeval/demo/builder.py" in names and "capeval/publish.py" in names
+    assert "capeval/demo/builder.py" in names and "capeval/integrations/hub.py" in names
     assert "capeval/testing/assets/shapes-clip/config.json" in names
     assert not any(n.endswith((".pyc", ".pyi")) for n in names)
 
