@@ -17,7 +17,8 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from capeval.bench.benchmarks import Benchmark, Setting, Unit, get_benchmark
+from capeval.bench.benchmark_types import Benchmark, Setting, Unit
+from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.cache import ScoreCache, unit_key
 from capeval.bench.metrics import BenchMetric, resolve_metric
 

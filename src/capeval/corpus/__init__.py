@@ -1,9 +1,10 @@
 """Scoring corpora of any size: sources, resumable runs, the embedding cache, multi-process sharding.
 
 Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``embedding_cache`` (SQLite, keyed by
-content hash and model signature), ``run`` (``score_corpus``: parts written atomically, resume, filtering),
-``distributed`` (``score_distributed``: each process encodes its share under torchrun / accelerate) and ``cli``
-(``capeval score --corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
+content hash and model signature), ``run`` (``score_corpus``: resume, filtering), ``outputs`` (part files
+written atomically, the merged outputs, the run's manifest), ``distributed`` (``score_distributed``: each
+process encodes its share under torchrun / accelerate) and ``cli`` (``capeval score --corpus``). Above the
+metrics and the CLIP engine; below the CLI and the integrations.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from capeval.corpus.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
+from capeval.corpus.outputs import FORMAT, atomic_write, check_manifest, merge_parts, part_path, write_part
 from capeval.corpus.sources import (
     Columns,
     DatasetSource,
@@ -60,7 +61,6 @@ __all__ = [
 
 CHUNK_SIZE = 1024  # rows per part: the unit of resumption and of memory use
 IMAGE_METRICS = ("clipscore", "refclipscore", "pacscore")
-FORMAT = 1
 
 
 @dataclass
@@ -109,37 +109,6 @@ def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) ->
         it.row["__scores__"] = {f: values[k] for f, values in fields.items()}
 
 
-# -- files -----------------------------------------------------------------------------------------------------
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Write through a temporary file in the same folder, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _part_path(output: Path, part: int) -> Path:
-    return output / "parts" / f"part-{part:08d}.jsonl"
-
-
-def _write_part(output: Path, part: int, start: int, count: int, last: bool, items: list[Item]) -> None:
-    def write(fh):
-        fh.write(json.dumps({"part": part, "start": start, "rows": count, "last": last}) + "\n")
-        for it in items:
-            line: dict[str, Any] = {"index": it.index, "id": it.id}
-            if it.error is not None:
-                line["error"] = it.error
-            else:
-                line["scores"] = it.row.pop("__scores__")
-            line["row"] = it.row
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-
-    atomic_write(_part_path(output, part), write)
-
-
 @dataclass
 class CorpusResult:
     """Where a corpus run wrote its outputs, and its summary (also in ``summary.json``)."""
@@ -149,90 +118,6 @@ class CorpusResult:
     errors: Path
     kept: Path | None
     summary: dict
-
-
-def _merge(output: Path, name: str, threshold: float | None, threshold_key: str) -> dict:
-    """Parts to ``scores.jsonl``, ``errors.jsonl`` and ``kept.jsonl``, streaming; checks every row once."""
-    scores_tmp = output / ".scores.jsonl.tmp"
-    errors_tmp = output / ".errors.jsonl.tmp"
-    kept_tmp = output / ".kept.jsonl.tmp"
-    totals: dict[str, float] = {}
-    rows = scored = errors = kept = 0
-    expected = 0
-    part = 0
-    with (
-        open(scores_tmp, "w", encoding="utf-8") as f_scores,
-        open(errors_tmp, "w", encoding="utf-8") as f_errors,
-        open(kept_tmp, "w", encoding="utf-8") as f_kept,
-    ):
-        while True:
-            path = _part_path(output, part)
-            if not path.is_file():
-                raise RuntimeError(f"part {part} ({path.name}) is missing: run again to finish the corpus")
-            with open(path, encoding="utf-8") as fh:
-                header = json.loads(fh.readline())
-                count = 0
-                for line in fh:
-                    entry = json.loads(line)
-                    if entry["index"] != expected:
-                        raise RuntimeError(
-                            f"{path.name}: row {entry['index']} where row {expected} was expected"
-                        )
-                    expected += 1
-                    count += 1
-                    head = {"index": entry["index"], "id": entry["id"]}
-                    if "error" in entry:
-                        errors += 1
-                        record = {**head, "error": entry["error"]}
-                        f_scores.write(json.dumps(record, ensure_ascii=False) + "\n")
-                        f_errors.write(json.dumps(record, ensure_ascii=False) + "\n")
-                        continue
-                    scored += 1
-                    values = entry["scores"]
-                    for k, v in values.items():
-                        totals[k] = totals.get(k, 0.0) + v
-                    f_scores.write(json.dumps({**head, **values}, ensure_ascii=False) + "\n")
-                    if threshold is not None and values[threshold_key] >= threshold:
-                        kept += 1
-                        f_kept.write(json.dumps({**entry["row"], **values}, ensure_ascii=False) + "\n")
-            if count != header["rows"]:
-                raise RuntimeError(f"{path.name} holds {count} rows, its header says {header['rows']}")
-            rows += count
-            if header["last"]:
-                break
-            part += 1
-        for fh in (f_scores, f_errors, f_kept):
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(scores_tmp, output / "scores.jsonl")
-    os.replace(errors_tmp, output / "errors.jsonl")
-    if threshold is not None:
-        os.replace(kept_tmp, output / "kept.jsonl")
-    else:
-        kept_tmp.unlink()
-    return {
-        "rows": rows,
-        "scored": scored,
-        "errors": errors,
-        "means": {k: v / scored for k, v in totals.items()} if scored else {},
-        "kept": kept if threshold is not None else None,
-        "parts": part + 1,
-    }
-
-
-# -- the run ---------------------------------------------------------------------------------------------------
-def _check_manifest(output: Path, manifest: dict) -> None:
-    path = output / "run.json"
-    if path.is_file():
-        previous = json.loads(path.read_text())
-        if previous != manifest:
-            changed = sorted(k for k in set(previous) | set(manifest) if previous.get(k) != manifest.get(k))
-            raise ValueError(
-                f"{output} holds a run with other settings ({', '.join(changed)} differ): resume it with the same "
-                "source, metric, model and options, or choose another output folder"
-            )
-        return
-    atomic_write(path, lambda fh: fh.write(json.dumps(manifest, indent=2) + "\n"))
 
 
 def score_corpus(
@@ -315,7 +200,7 @@ def score_corpus(
         for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
             stale.unlink()  # half-written parts of a killed run
         try:
-            _check_manifest(output, manifest)
+            check_manifest(output, manifest)
         except ValueError as err:
             error = err
     _raise_if_any_failed(error, state)
@@ -329,7 +214,7 @@ def score_corpus(
     rank, world = state.process_index, state.num_processes
 
     def mine(part: int) -> bool:
-        return part % world == rank and not _part_path(output, part).is_file()
+        return part % world == rank and not part_path(output, part).is_file()
 
     from tqdm.auto import tqdm
 
@@ -356,7 +241,7 @@ def score_corpus(
                 continue
             items = [to_item(index, row, columns, needs_refs) for index, row in rows]
             _score_part(scorer, encoder, items, metric)
-            _write_part(output, part, part * chunk_size, count, count < chunk_size, items)
+            write_part(output, part, part * chunk_size, count, count < chunk_size, items)
             counters.parts += 1
             counters.rows += count
             if bar is not None:
@@ -375,7 +260,7 @@ def score_corpus(
     error = None
     if state.is_main_process:
         try:
-            merged = _merge(output, metric, threshold, threshold_key)
+            merged = merge_parts(output, metric, threshold, threshold_key)
             summary = {
                 "metric": metric,
                 "signature": manifest["signature"],

@@ -11,7 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from capeval.testing.shapes import Scene, all_scenes, caption, draw, draw_frames, mismatched
+from capeval.testing.shapes_drawing import draw, draw_frames
+from capeval.testing.shapes_scenes import Scene, all_scenes, caption, mismatched
 
 EXAMPLE_SCENES = (
     Scene("red", "circle", "left"),
@@ -66,6 +67,6 @@ def candidate_captions(scene: Scene) -> list[str]:
 
 def references_for(scene: Scene) -> list[str]:
     """Two reference captions of the scene, other wordings than the canonical caption."""
-    from capeval.testing.shapes import paraphrase
+    from capeval.testing.shapes_scenes import paraphrase
 
     return list(dict.fromkeys(paraphrase(scene, rng=seed) for seed in (0, 1, 2)))[:2]

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from capeval.clip.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 from capeval.clip.images import normalize_pixels, resize_and_crop
 from capeval.clip.tokenization import PREFIX, tokenize_captions, with_prefix
-from capeval.testing import shapes
+from capeval.testing.shapes_drawing import draw, redraw_variant
+from capeval.testing.shapes_scenes import COLORS, POSITIONS, SHAPES, Scene, all_scenes, caption, paraphrase
 from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
 
@@ -84,7 +85,7 @@ class _Batches:
     def __init__(self, cfg: ShapesTrainConfig, tokenizer, context_length: int) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed + 1)
-        self.scenes = shapes.all_scenes()
+        self.scenes = all_scenes()
         self.tokenizer = tokenizer
         self.context_length = context_length
         self._ids: dict[str, list[int]] = {}
@@ -97,17 +98,17 @@ class _Batches:
             self._ids[text] = ids
         return ids
 
-    def _text(self, scene: shapes.Scene) -> str:
+    def _text(self, scene: Scene) -> str:
         r = self.rng
-        text = shapes.caption(scene) if r.random() < self.cfg.p_canonical else shapes.paraphrase(scene, r)
+        text = caption(scene) if r.random() < self.cfg.p_canonical else paraphrase(scene, r)
         return with_prefix(text, PREFIX) if r.random() < self.cfg.p_prefix else text
 
-    def _image(self, scene: shapes.Scene) -> np.ndarray:
+    def _image(self, scene: Scene) -> np.ndarray:
         r = self.rng
         if r.random() < self.cfg.p_variant:
-            img = shapes.redraw_variant(scene, r)
+            img = redraw_variant(scene, r)
         else:
-            img = shapes.draw(scene, r)
+            img = draw(scene, r)
         return resize_and_crop(img, self.cfg.image_size)
 
     def __call__(self):
@@ -204,15 +205,15 @@ def train_shapes_clip(
     return {"seconds": seconds, "final_loss": running, "config": asdict(cfg)}
 
 
-def held_out_images(n: int, seed: int = 12345) -> tuple[list, list[shapes.Scene]]:
+def held_out_images(n: int, seed: int = 12345) -> tuple[list, list[Scene]]:
     """``n`` drawings never seen in training (own seed), cycling the grid; half of them variants.
 
     Variants include non-square canvases (160x120, 128x96, 120x160), so the centre crop is exercised.
     """
     rng = random.Random(seed)
-    grid = shapes.all_scenes()
+    grid = all_scenes()
     scenes = [grid[i % len(grid)] for i in range(n)]
-    images = [shapes.redraw_variant(s, rng) if i % 2 else shapes.draw(s, rng) for i, s in enumerate(scenes)]
+    images = [redraw_variant(s, rng) if i % 2 else draw(s, rng) for i, s in enumerate(scenes)]
     return images, scenes
 
 
@@ -240,10 +241,10 @@ def evaluate_shapes_clip(
 
     backbone = load_backbone(str(model), device="cpu")
     images, scenes = held_out_images(n_images, seed)
-    grid = shapes.all_scenes()
+    grid = all_scenes()
     index = {s: i for i, s in enumerate(grid)}
     img = encode_images(backbone, images)
-    txt = encode_texts(backbone, [shapes.caption(s) for s in grid], prefix=prefix)
+    txt = encode_texts(backbone, [caption(s) for s in grid], prefix=prefix)
     sims = img @ txt.t()
     truth = torch.tensor([index[s] for s in scenes])
     own = sims[torch.arange(len(scenes)), truth]
@@ -252,7 +253,7 @@ def evaluate_shapes_clip(
     for attr in ("color", "shape", "position"):
         wins, pairs, all_wins = 0, 0, 0
         for row, scene in enumerate(scenes):
-            others = [index[shapes.Scene(**{**asdict(scene), attr: v})] for v in _values(attr, scene)]
+            others = [index[Scene(**{**asdict(scene), attr: v})] for v in _values(attr, scene)]
             beat = sims[row, others] < own[row]
             wins += int(beat.sum())
             pairs += len(others)
@@ -263,7 +264,7 @@ def evaluate_shapes_clip(
     # Paraphrases: several sets of one paraphrase per scene; image i is ranked against set i % n_sets.
     rng = random.Random(seed + 1)
     n_sets = 4
-    para = [shapes.paraphrase(s, rng) for _ in range(n_sets) for s in grid]
+    para = [paraphrase(s, rng) for _ in range(n_sets) for s in grid]
     para_emb = encode_texts(backbone, para, prefix=prefix).view(n_sets, len(grid), -1)
     hits = [int((img[i] @ para_emb[i % n_sets].t()).argmax()) == int(truth[i]) for i in range(len(scenes))]
     out["paraphrase_top1"] = sum(hits) / len(hits)
@@ -272,6 +273,6 @@ def evaluate_shapes_clip(
     return out
 
 
-def _values(attr: str, scene: shapes.Scene) -> list[str]:
-    options = {"color": list(shapes.COLORS), "shape": list(shapes.SHAPES), "position": list(shapes.POSITIONS)}
+def _values(attr: str, scene: Scene) -> list[str]:
+    options = {"color": list(COLORS), "shape": list(SHAPES), "position": list(POSITIONS)}
     return [v for v in options[attr] if v != getattr(scene, attr)]

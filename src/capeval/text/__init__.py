@@ -1,9 +1,9 @@
 """The word-vector engine under WMD and WEmbSim (``capeval.wmd``, ``capeval.wembsim``): knows no metric.
 
-Modules: ``vectors`` (loading every common format, the packaged GloVe default, Hub files), ``gensim_pickle``
-(gensim's pickled files without running them), ``tokenize`` (the COCO toolkit's PTB tokenisation in pure
-Python), ``stopwords``, ``documents`` (batch bag-of-words, mean embeddings) and ``transport`` (WMD's exact
-transport problems through POT).
+Modules: ``vectors`` (loading, the packaged GloVe default, Hub files), ``vector_files`` (every common file
+format and its fingerprint), ``gensim_pickle`` (gensim's pickled files without running them), ``tokenize`` (the
+COCO toolkit's PTB tokenisation in pure Python), ``stopwords``, ``documents`` (batch bag-of-words, mean
+embeddings) and ``transport`` (WMD's exact transport problems through POT).
 """
 
 from __future__ import annotations

