@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("ignore")
 
+    from capeval.perf.text import wmd_speed
     from capeval.text import bench
     from capeval.wembsim import WEmbSim
     from capeval.wmd import WMD
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     preds, refs, ratings = bench.flickr8k_expert(args.benchmarks)
 
     if "speed" in todo:
-        speed = bench.wmd_speed(wmd, preds, refs, repeats=args.repeats)
+        speed = wmd_speed(wmd, preds, refs, repeats=args.repeats)
         results["speed"] = speed
         print(f"## WMD speed, Flickr8k-Expert ({speed['candidates']} candidates x 5 references)\n")
         print("| | seconds | candidates/s |\n|---|---|---|")

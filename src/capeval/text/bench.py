@@ -1,23 +1,16 @@
-"""Measurements for the word-embedding metrics: speed and agreement against a gensim loop, Flickr8k-Expert
-Kendall tau-c, Pascal-50S pairwise accuracy. Used by ``scripts/bench_text.py``; self-contained (reads the
-benchmark files directly) so it does not depend on the benchmark loaders of ``capeval.bench``.
+"""Measurements for the word-embedding metrics: Flickr8k-Expert Kendall tau-c, Pascal-50S pairwise accuracy.
+Used by ``scripts/bench_text.py``; self-contained (reads the benchmark files directly) so it does not depend on
+the benchmark loaders of ``capeval.bench``. The speed measurements are in :mod:`capeval.perf.text`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
-import statistics
-import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-
-from capeval.text.stopwords import COCO_WMD_STOPWORDS
-from capeval.text.tokenize import coco_tokens
 
 PASCAL_CATEGORIES = ("HC", "HI", "HM", "MM")
 
@@ -99,58 +92,3 @@ def pascal_accuracy(
     out["mean"] = float(np.mean([out[c] for c in PASCAL_CATEGORIES]))
     out["ties"] = int((s[:, 0] == s[:, 1]).sum())
     return out
-
-
-def gensim_wmd_loop(kv, predictions, references, normalize: bool = False) -> tuple[list[float], list[float]]:
-    """The toolkit's loop on gensim: ``wmdistance`` per reference, best exp(-d). Tokens are prepared beforehand
-    (each distinct caption once), so only gensim's work is timed."""
-    tokens = {t: [w for w in coco_tokens(t) if w not in COCO_WMD_STOPWORDS] for t in {*predictions}}
-    for refs in references:
-        for r in refs:
-            if r not in tokens:
-                tokens[r] = [w for w in coco_tokens(r) if w not in COCO_WMD_STOPWORDS]
-    distances, scores = [], []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        start = time.perf_counter()
-        for p, refs in zip(predictions, references, strict=True):
-            ds = [kv.wmdistance(tokens[p], tokens[r], norm=normalize) for r in refs]
-            distances.append(min(ds))
-            scores.append(max(math.exp(-d) for d in ds))
-        elapsed = time.perf_counter() - start
-    return distances, scores, elapsed
-
-
-def wmd_speed(wmd, predictions, references, repeats: int = 3) -> dict:
-    """Candidates/s of ``wmd`` (median of ``repeats`` runs after a warm-up, tokenisation included) and of the
-    gensim loop (one run, tokenisation excluded), with the largest per-candidate difference."""
-    wmd(predictions[:10], references[:10])  # imports, first solver call
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        ours = wmd(predictions, references)
-        times.append(time.perf_counter() - start)
-    kv = wmd.vectors.keyed_vectors
-    kv.wmdistance(["dog"], ["cat"], norm=wmd.normalize_vectors)
-    g_dist, g_scores, g_time = gensim_wmd_loop(kv, predictions, references, wmd.normalize_vectors)
-    ours_time = statistics.median(times)
-    d_ours, d_gensim = np.asarray(ours["distances"]), np.asarray(g_dist)
-    finite = np.isfinite(d_gensim)
-    stats = wmd.last_stats
-    return {
-        "candidates": len(predictions),
-        "references": sum(len(r) for r in references),
-        "capeval_seconds": ours_time,
-        "capeval_runs": times,
-        "gensim_seconds": g_time,
-        "capeval_candidates_per_s": len(predictions) / ours_time,
-        "gensim_candidates_per_s": len(predictions) / g_time,
-        "speedup": g_time / ours_time,
-        "max_score_difference": float(np.max(np.abs(np.asarray(ours["scores"]) - np.asarray(g_scores)))),
-        "max_distance_difference": float(np.max(np.abs(d_ours[finite] - d_gensim[finite]), initial=0.0)),
-        "same_infinite_distances": bool(np.array_equal(np.isinf(d_ours), ~finite)),
-        "distinct_pairs": stats.pairs,
-        "solved": stats.solved,
-        "closed_form": stats.closed_form,
-        "pruned": stats.pruned,
-    }
