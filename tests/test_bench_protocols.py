@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 from scipy import stats
@@ -51,6 +52,15 @@ def test_method_a_keeps_each_rating_method_b_averages_them():
         rating_correlations(scores[:4], ds)
 
 
+def test_method_a_repeats_each_score_for_each_rating_as_scipy_on_the_expanded_vectors():
+    ds = datasets.Dataset.from_dict({"human_scores": [[1.0, 2.0], [4.0, 4.0], [2.0, 3.0]]})
+    scores = [0.1, 0.5, 0.3]
+    x, y = [0.1, 0.1, 0.5, 0.5, 0.3, 0.3], [1, 2, 4, 4, 2, 3]
+    out = rating_correlations(scores, ds, "A", ("kendall_c", "kendall_b"))
+    assert out["kendall_c"] == pytest.approx(100 * stats.kendalltau(x, y, variant="c").statistic)
+    assert out["kendall_b"] == pytest.approx(100 * stats.kendalltau(x, y, variant="b").statistic)
+
+
 def test_cf_protocol_removes_every_judged_caption_of_an_image_from_its_references():
     ds = remove_judged_from_references(load_flickr8k_cf(FIX / "flickr8k"))
     first = ds[0]  # image 1000_a: its own caption #2 was judged, so 4 references remain
@@ -90,6 +100,12 @@ def test_accuracy_by_category_reports_each_category_and_their_unweighted_mean():
     cats = ["HC", "HC", "HC", "MM", "MM", "MM"]
     out = accuracy_by_category(a, b, labels, cats, ["HC", "HI", "MM"])
     assert out == {"HC": pytest.approx(200 / 3), "MM": 100.0, "mean": pytest.approx((200 / 3 + 100) / 2)}
+
+
+def test_accuracy_by_category_counts_a_tie_as_half_a_correct_answer():
+    a, b = [0.9, 0.9, 0.5, 0.2], [0.1, 0.1, 0.5, 0.8]
+    out = accuracy_by_category(a, b, [0, 1, 0, 1], ["HC", "HI", "HM", "MM"], ["HC", "HI", "HM", "MM"])
+    assert out == {"HC": 100.0, "HI": 0.0, "HM": 50.0, "MM": 100.0, "mean": 62.5}
 
 
 def test_vatex_protocol_averages_per_annotator_correlations_of_rounded_scores():

@@ -39,6 +39,7 @@ def test_flickr8k_expert_protocol_removes_158_pairs_and_keeps_16992_ratings(expe
     assert sum(expert["candidate_in_references"]) == 158
     kept = exclude_candidates_in_references(expert)
     assert len(kept) == 5664
+    assert all(c not in r for c, r in zip(kept["candidate"], kept["references"], strict=True))
     idx, human, _ = rating_rows(kept, "A")
     assert len(human) == 16992
     assert set(human.tolist()) == {1.0, 2.0, 3.0, 4.0}
@@ -88,6 +89,9 @@ def test_pascal50s_has_1000_pairs_per_category_with_the_consensus_labels(pascal,
 
 
 def test_pascal50s_reference_draws_give_five_of_the_images_sentences(pascal):
+    # Every pair's pool leaves out both candidates, compared after whitespace normalisation: pascal50S.mat
+    # holds "A man riding a  white horse." (two spaces), candidate of an HC pair of 2008_007612.jpg.
+    assert all(not set(c) & set(r) for c, r in zip(pascal["candidates"], pascal["references"], strict=True))
     draws = draw_references(pascal["references"][:50], 5, 5, seed=0)
     for d in draws:
         for drawn, full, cands in zip(d, pascal["references"][:50], pascal["candidates"][:50], strict=True):

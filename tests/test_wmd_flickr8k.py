@@ -1,29 +1,26 @@
-"""WMD agrees with a plain gensim ``wmdistance`` loop on real captions: 2,000 Flickr8k-Expert candidates."""
+"""WMD agrees with a plain gensim ``wmdistance`` loop on real captions: 2,000 Flickr8k-Expert candidates.
+
+The candidates and references are read by :mod:`capeval.bench` (the official files, less the pairs whose
+candidate is one of its own references), as ``scripts/bench_text.py`` reads them. The facts about those readers
+and the protocol statistics the script uses are asserted in ``test_bench_real_data.py`` and
+``test_bench_protocols.py``.
+"""
 
 from __future__ import annotations
-
-import json
-import math
-import warnings
 
 import numpy as np
 import pytest
 
-from capeval.text.stopwords import COCO_WMD_STOPWORDS
-from capeval.text.tokenize import coco_tokens
+from capeval.bench import exclude_candidates_in_references, load_flickr8k_expert
+from capeval.perf.text import gensim_wmd_loop, wmd_speed
 from capeval.wmd import WMD
 
 N_CANDIDATES = 2000
 
 
 def _flickr8k_pairs(benchmarks_dir, n):
-    data = json.loads((benchmarks_dir / "flickr8k" / "flickr8k_expert_clipscore_format.json").read_text())
-    preds, refs = [], []
-    for item in data.values():
-        for caption in dict.fromkeys(h["caption"] for h in item["human_judgement"]):
-            preds.append(caption)
-            refs.append(item["ground_truth"])
-    return preds[:n], refs[:n]
+    ds = exclude_candidates_in_references(load_flickr8k_expert(benchmarks_dir / "flickr8k"))
+    return ds["candidate"][:n], ds["references"][:n]
 
 
 @pytest.mark.slow
@@ -33,53 +30,23 @@ def test_every_candidate_matches_the_gensim_loop_within_1e6(benchmarks_dir, norm
     assert len(preds) == N_CANDIDATES
     wmd = WMD(normalize_vectors=normalize)
     out = wmd(preds, refs)
-    kv = wmd.vectors.keyed_vectors
-    token_cache: dict[str, list[str]] = {}
-
-    def toks(text):
-        if text not in token_cache:
-            token_cache[text] = [w for w in coco_tokens(text) if w not in COCO_WMD_STOPWORDS]
-        return token_cache[text]
-
-    worst_distance = worst_score = 0.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i, (p, rs) in enumerate(zip(preds, refs, strict=True)):
-            dists = [kv.wmdistance(toks(p), toks(r), norm=normalize) for r in rs]
-            best, score = min(dists), max(math.exp(-d) for d in dists)
-            assert math.isfinite(best), (i, p)  # no empty side in these captions
-            worst_distance = max(worst_distance, abs(out["distances"][i] - best))
-            worst_score = max(worst_score, abs(out["scores"][i] - score))
-    assert worst_distance < 1e-6 and worst_score < 1e-6
+    distances, scores, _ = gensim_wmd_loop(wmd.vectors.keyed_vectors, preds, refs, normalize)
+    finite = np.isfinite(distances)
+    assert finite.all(), [preds[i] for i in np.flatnonzero(~finite)]  # no empty side in these captions
+    worst_distance = np.max(np.abs(np.asarray(out["distances"]) - distances))
+    worst_score = np.max(np.abs(np.asarray(out["scores"]) - scores))
+    assert worst_distance < 1e-6 and worst_score < 1e-6, (worst_distance, worst_score)
     assert out["wmd"] == pytest.approx(np.mean(out["scores"]))
 
 
-def test_benchmark_readers_follow_the_published_protocols(benchmarks_dir):
-    from capeval.text import bench
-
-    preds, refs, ratings = bench.flickr8k_expert(benchmarks_dir)
-    assert len(preds) == 5664 and sum(map(len, ratings)) == 16992
-    assert all(p not in r for p, r in zip(preds, refs, strict=True))
-    items = bench.pascal50s(benchmarks_dir, draws=2, seed=0)
-    assert len(items) == 4000 and {it["category"] for it in items} == {"HC", "HI", "HM", "MM"}
-    for it in items[:50]:
-        assert len(it["references"]) == 3 and all(len(r) == 5 for r in it["references"])
-        assert not set(it["captions"]) & set(it["references"][1])
-
-
-def test_kendall_tau_repeats_each_score_for_each_rating_and_accuracy_counts_ties_half():
-    from scipy.stats import kendalltau
-
-    from capeval.text import bench
-
-    scores, ratings = [0.1, 0.5, 0.3], [[1, 2], [4, 4], [2, 3]]
-    expected = kendalltau([0.1, 0.1, 0.5, 0.5, 0.3, 0.3], [1, 2, 4, 4, 2, 3], variant="c").statistic
-    assert bench.kendall_tau(scores, ratings, "c") == pytest.approx(expected)
-    items = [
-        {"category": c, "captions": ["x", "y"], "label": label, "references": [["r"]]}
-        for c, label in (("HC", 0), ("HI", 1), ("HM", 0), ("MM", 1))
-    ]
-    fixed = {"HC": [0.9, 0.1], "HI": [0.9, 0.1], "HM": [0.5, 0.5], "MM": [0.2, 0.8]}
-    order = iter([v for it in items for v in fixed[it["category"]]])
-    acc = bench.pascal_accuracy(items, lambda p, r: [next(order) for _ in p])
-    assert acc == {"HC": 1.0, "HI": 0.0, "HM": 0.5, "MM": 1.0, "mean": 0.625, "ties": 1}
+def test_wmd_speed_reports_both_timings_and_their_agreement(benchmarks_dir):
+    preds, refs = _flickr8k_pairs(benchmarks_dir, 40)
+    wmd = WMD()
+    out = wmd_speed(wmd, preds, refs, repeats=1)
+    assert out["candidates"] == 40 and out["references"] == 200
+    assert out["capeval_seconds"] > 0 and out["gensim_seconds"] > 0 and len(out["capeval_runs"]) == 1
+    assert out["max_score_difference"] < 1e-6 and out["max_distance_difference"] < 1e-6
+    assert out["same_infinite_distances"]
+    assert 0 < out["solved"] + out["closed_form"] + out["pruned"] <= out["distinct_pairs"] <= 200
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        wmd_speed(wmd, preds, refs, repeats=0)

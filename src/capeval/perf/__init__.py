@@ -1,1 +1,2 @@
-"""Speed benchmarks: workloads, the pipelines compared, and timing helpers (used by scripts/bench_*.py)."""
+"""Speed benchmarks: workloads, the pipelines compared, timing helpers and WMD against a gensim loop (used by
+scripts/bench_*.py)."""
