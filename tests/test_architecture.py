@@ -196,6 +196,21 @@ def test_old_module_paths_still_import_for_one_release_with_a_deprecation_warnin
     sys.modules.pop(old, None)
 
 
+def test_subpackages_and_old_modules_are_attributes_of_the_package_as_before():
+    import subprocess
+
+    code = (
+        "import warnings, capeval; warnings.simplefilter('error', DeprecationWarning);"
+        "assert callable(capeval.bench.run_benchmark) and capeval.scores.W_CLIP_S == 2.5;"
+        "assert capeval.clip.encode_images is capeval.encode_images\n"
+        "try:\n    capeval.backbones\nexcept DeprecationWarning as w:\n    print(w)\n"
+        "try:\n    capeval.nonexistent\nexcept AttributeError as e:\n    print(e)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "capeval.backbones moved to capeval.clip.backbones" in out
+    assert "has no attribute 'nonexistent'" in out
+
+
 def test_the_public_api_of_the_readme_resolves():
     names = ("CLIPScore", "RefCLIPScore", "PACScore", "EMScore", "WMD", "WEmbSim", "load", "encode_images")
     assert all(callable(getattr(capeval, name)) for name in names)

@@ -51,7 +51,17 @@ _PUBLIC = {
     "WMD_SIGMA": "capeval.wmd:SIGMA",
     "WEMBSIM_REDUCTION": "capeval.wembsim:REDUCTION",
 }
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
+_public_getattr, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
+
+
+def __getattr__(name: str):
+    """Public names, then sub-packages and modules (``capeval.bench.run_benchmark`` after ``import capeval``)."""
+    if name in _PUBLIC:
+        return _public_getattr(name)
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Module paths before the layout of release 0.2 -> where their code lives now. Importing an old path still
 # works for one release, with a DeprecationWarning, and gives the new module itself (not a copy).

@@ -2,7 +2,7 @@
 
 Images are read and resized by worker threads (CPU) or processes (GPU) while the model runs on the previous
 batch. On GPU out-of-memory the batch size is halved and the batch retried. Captions are encoded by
-``capeval.clip.text_encoding``; its functions are re-exported here, so ``capeval.clip`` is the one entry point.
+``capeval.clip.text_encoding``, video frames by ``capeval.clip.frame_encoding``; ``capeval.clip`` lists all three.
 """
 
 from __future__ import annotations
