@@ -34,11 +34,81 @@ def _describe(image: ImageInput) -> str:
     return ""
 
 
+_ARRAY_DTYPES = "use uint8, bool or floats in [0, 1]"
+
+
+def _what(index: int | None, label: str = "") -> str:
+    return "image" if index is None else f"image {index}{label}"
+
+
+def _array_pixels(image: np.ndarray | torch.Tensor, index: int | None) -> np.ndarray:
+    """The (H, W[, C]) numpy array an array or tensor is read as; refuses shapes and dtypes that are no image.
+
+    Tensors follow torchvision's (C, H, W) layout and are moved to channels-last here, so an array and a tensor
+    give equal results exactly when they hold the same pixels (their identity is taken from this array).
+    """
+    if isinstance(image, torch.Tensor):
+        t = image.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+        try:
+            arr = t.numpy()
+        except TypeError as err:
+            raise ValueError(f"{_what(index)}: unsupported tensor dtype {t.dtype}; {_ARRAY_DTYPES}") from err
+        chw = arr.ndim == 3
+    else:
+        arr, chw = image, False
+    shape = tuple(arr.shape)
+    if chw:
+        arr = np.moveaxis(arr, 0, -1)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
+        layout = "(C, H, W)" if chw else "(H, W) or (H, W, C)"
+        raise ValueError(
+            f"{_what(index)}: array of shape {shape} is not an image {layout} with 1, 3 or 4 channels"
+        )
+    if min(arr.shape[:2]) == 0:
+        raise ValueError(f"{_what(index)}: array of shape {shape} has no pixels")
+    if arr.dtype not in (np.bool_, np.uint8) and not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"{_what(index)}: unsupported array dtype {arr.dtype}; {_ARRAY_DTYPES}")
+    return arr
+
+
+def pixel_digest(image: Image.Image | np.ndarray | torch.Tensor, index: int | None = None) -> bytes:
+    """Content identity of an in-memory image: equal digests mean the model sees the same pixels.
+
+    A PIL image by its mode, size, palette (mode and entries: palette images with the same indices and other
+    colours differ) and pixel bytes; an array or tensor by the dtype, shape and bytes of the channels-last array
+    capeval reads it as (a (C, H, W) tensor and the (H, W, C) array of the same pixels share a digest; the same
+    bytes read in the two layouts do not). Stable across runs and machines.
+
+    Raises:
+        ValueError: an array or tensor that is not an image (shape, dtype).
+        TypeError: any other input.
+    """
+    digest = hashlib.blake2b(digest_size=16, person=b"capeval-pixels")
+    if isinstance(image, Image.Image):
+        digest.update(f"pil|{image.mode}|{image.width}x{image.height}|".encode())
+        if image.palette is not None:
+            # What convert("RGB") maps the indices through (transparency does not change RGB pixels).
+            palette = image.getpalette(rawmode=None) or []
+            digest.update(f"palette|{image.palette.mode}|{len(palette)}|".encode() + bytes(palette))
+        digest.update(image.tobytes())
+        return digest.digest()
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        arr = np.ascontiguousarray(_array_pixels(image, index))
+        digest.update(f"array|{arr.dtype.str}|{arr.shape}|".encode())
+        digest.update(arr.tobytes())
+        return digest.digest()
+    raise TypeError(f"{_what(index)}: expected a PIL image, a numpy array or a torch tensor")
+
+
 def image_key(image: ImageInput, index: int) -> tuple:
     """Identity of an image input: equal keys mean the same pixels, so it is encoded once.
 
-    Paths are identified by resolved path and file stat (size, mtime); in-memory inputs by a hash of
-    their content. Raises ``TypeError`` for unsupported inputs, naming the index.
+    Paths are identified by resolved path and file stat (size, mtime); in-memory inputs by ``pixel_digest``.
+    Raises ``TypeError`` for unsupported inputs and ``ValueError`` for arrays that are no image, naming the index.
     """
     if isinstance(image, (str, os.PathLike)):
         path = Path(os.fspath(image)).expanduser()
@@ -49,19 +119,8 @@ def image_key(image: ImageInput, index: int) -> tuple:
         except OSError as err:
             raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if isinstance(image, Image.Image):
-        digest = hashlib.blake2b(image.tobytes(), digest_size=16)
-        return ("pil", image.mode, image.size, digest.hexdigest())
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if isinstance(image, np.ndarray):
-        arr = np.ascontiguousarray(image)
-        return (
-            "array",
-            str(arr.dtype),
-            arr.shape,
-            hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest(),
-        )
+    if isinstance(image, (Image.Image, np.ndarray, torch.Tensor)):
+        return ("pixels", pixel_digest(image, index).hex())
     if isinstance(image, dict):
         if image.get("bytes") is not None:
             return ("bytes", hashlib.blake2b(image["bytes"], digest_size=16).hexdigest())
@@ -93,18 +152,8 @@ def _open(source, index: int, label: str) -> Image.Image:
     return img
 
 
-def _array_to_pil(arr: np.ndarray, index: int, chw: bool) -> Image.Image:
-    if arr.ndim == 3 and chw:
-        arr = np.moveaxis(arr, 0, -1)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
-        layout = "(C, H, W)" if chw else "(H, W) or (H, W, C)"
-        raise ValueError(
-            f"image {index}: array of shape {tuple(arr.shape)} is not an image {layout} with 1, 3 or 4 channels"
-        )
-    if min(arr.shape[:2]) == 0:
-        raise ValueError(f"image {index}: array of shape {tuple(arr.shape)} has no pixels")
+def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
+    """The PIL image of a checked (H, W[, C]) array from ``_array_pixels``."""
     if arr.dtype == np.bool_:
         arr = arr.astype(np.uint8) * 255
     elif np.issubdtype(arr.dtype, np.floating):
@@ -116,8 +165,6 @@ def _array_to_pil(arr: np.ndarray, index: int, chw: bool) -> Image.Image:
                 f"image {index}: float arrays must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}]"
             )
         arr = np.round(arr * 255.0).astype(np.uint8)
-    elif arr.dtype != np.uint8:
-        raise ValueError(f"image {index}: unsupported array dtype {arr.dtype}; use uint8 or floats in [0, 1]")
     return Image.fromarray(np.ascontiguousarray(arr))
 
 
@@ -138,11 +185,8 @@ def load_image(image: ImageInput, index: int) -> Image.Image:
             what = "is a folder, not an image file" if path.is_dir() else "file not found"
             raise ValueError(f"image {index} ({os.fspath(image)!r}): {what}")
         return _open(path, index, _describe(image))
-    if isinstance(image, torch.Tensor):
-        # torch images follow torchvision's (C, H, W) layout; 2-D tensors are grayscale.
-        return _array_to_pil(image.detach().cpu().numpy(), index, chw=image.ndim == 3)
-    if isinstance(image, np.ndarray):
-        return _array_to_pil(image, index, chw=False)
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        return _array_to_pil(_array_pixels(image, index), index)
     if isinstance(image, dict):
         if image.get("bytes") is not None:
             return _open(io.BytesIO(image["bytes"]), index, _describe(image))

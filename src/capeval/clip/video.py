@@ -88,21 +88,19 @@ def video_key(video: VideoInput, index: int) -> tuple:
         except OSError as err:
             raise ValueError(f"video {index}{_describe(video)}: cannot read it: {err.strerror}") from err
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if isinstance(video, torch.Tensor):
-        video = video.detach().cpu().numpy()
-    if isinstance(video, np.ndarray):
+    if isinstance(video, (np.ndarray, torch.Tensor)):
         if video.ndim != 4:
             raise ValueError(
                 f"video {index}: an array video must be 4-D (T, H, W, C) or a tensor (T, C, H, W), "
                 f"got shape {tuple(video.shape)}"
             )
-        arr = np.ascontiguousarray(video)
-        return (
-            "array",
-            str(arr.dtype),
-            arr.shape,
-            hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest(),
-        )
+        # The frames as read_frames reads them: each (C, H, W) tensor frame is moved to channels-last, so
+        # an array and a tensor holding the same bytes in their two layouts (other pictures) differ here.
+        arr = _frames_array(video, index)
+        digest = hashlib.blake2b(digest_size=16, person=b"capeval-frames")
+        digest.update(f"array|{arr.dtype.str}|{arr.shape}|".encode())
+        digest.update(np.ascontiguousarray(arr).tobytes())
+        return ("array", digest.hexdigest())
     if isinstance(video, Sequence) and not isinstance(video, (str, bytes)):
         if len(video) == 0:
             raise ValueError(f"video {index} is an empty list of frames")
@@ -114,6 +112,19 @@ def video_key(video: VideoInput, index: int) -> tuple:
                 raise type(err)(f"video {index}, frame {j}: {err}") from err
         return ("frames", tuple(keys))
     raise TypeError(f"video {index}: expected {_ACCEPTED}, got {type(video).__name__}")
+
+
+def _frames_array(video: np.ndarray | torch.Tensor, index: int) -> np.ndarray:
+    """A (T, H, W, C) array video as it is, a (T, C, H, W) tensor as the (T, H, W, C) array of its frames."""
+    if isinstance(video, np.ndarray):
+        return video
+    t = video.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+    try:
+        return np.moveaxis(t.numpy(), 1, -1)
+    except TypeError as err:
+        raise ValueError(f"video {index}: unsupported tensor dtype {t.dtype}") from err
 
 
 def _open_container(av, path: Path, index: int, label: str):

@@ -1,0 +1,108 @@
+"""Hostile input against the Python API: every bad input is refused by name, none yields a silently wrong number."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import capeval
+
+# --- Item 2: image and frame identity (what the model sees, not the bytes that happen to be equal) ---
+
+
+def _item2_palette_pair(size: int) -> tuple[Image.Image, Image.Image]:
+    """Two palette images with the same indices and different colours, at the model's input size (no resize)."""
+    indices = np.random.RandomState(0).randint(0, 4, (size, size)).astype(np.uint8)
+    bright = Image.fromarray(indices, "P")
+    bright.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255])
+    dark = Image.fromarray(indices, "P")
+    dark.putpalette([0, 0, 0, 10, 10, 10, 20, 20, 20, 30, 30, 30])
+    return bright, dark
+
+
+def test_palette_images_with_other_palettes_score_as_their_rgb_conversions(tiny_clip_dir):
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    bright, dark = _item2_palette_pair(scorer.backbone.image_size)
+    assert bright.tobytes() == dark.tobytes()  # the same indices: only the palettes differ
+    scores = scorer(["a photo", "a photo"], images=[bright, dark])["scores"]
+    as_rgb = scorer(["a photo", "a photo"], images=[bright.convert("RGB"), dark.convert("RGB")])["scores"]
+    assert scores[0] != scores[1]
+    assert scores == pytest.approx(as_rgb, abs=1e-6)
+
+
+def test_image_keys_and_corpus_hashes_tell_palettes_apart_and_match_equal_images():
+    from capeval.clip.images import image_key
+    from capeval.corpus.embedding_cache import content_hash
+
+    bright, dark = _item2_palette_pair(8)
+    assert image_key(bright, 0) != image_key(dark, 1)
+    assert content_hash(bright) != content_hash(dark)
+    assert image_key(bright, 0) == image_key(bright.copy(), 1)
+    assert content_hash(bright) == content_hash(bright.copy())
+
+
+def test_an_array_and_a_tensor_of_the_same_bytes_in_their_two_layouts_are_two_pictures(tiny_clip_dir):
+    from capeval.clip.images import image_key, load_image
+    from capeval.corpus.embedding_cache import content_hash
+
+    array = np.random.RandomState(1).randint(0, 256, (3, 8, 3), dtype=np.uint8)  # (H, W, C): 8 wide, 3 high
+    tensor = torch.from_numpy(array.copy())  # (C, H, W): 3 wide, 8 high
+    assert load_image(array, 0).size == (8, 3) and load_image(tensor, 1).size == (3, 8)
+    assert image_key(array, 0) != image_key(tensor, 1)
+    assert content_hash(array) != content_hash(tensor)
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    both = scorer(["a photo", "a photo"], images=[array, tensor])["scores"]
+    each = scorer(["a photo", "a photo"], images=[load_image(array, 0), load_image(tensor, 1)])["scores"]
+    assert both[0] != both[1]
+    assert both == pytest.approx(each, abs=1e-6)
+
+
+def test_an_array_and_a_tensor_holding_the_same_pixels_are_read_and_encoded_once(tiny_clip_dir, monkeypatch):
+    import capeval.clip.image_encoding as image_encoding
+    from capeval.clip.images import image_key
+    from capeval.corpus.embedding_cache import content_hash
+
+    array = np.random.RandomState(2).randint(0, 256, (20, 30, 3), dtype=np.uint8)
+    tensor = torch.from_numpy(array.copy()).permute(2, 0, 1)  # the same picture, (C, H, W)
+    assert image_key(array, 0) == image_key(tensor, 1)
+    assert content_hash(array) == content_hash(tensor)
+    reads = []
+    real = image_encoding.preprocess_image
+    monkeypatch.setattr(
+        image_encoding, "preprocess_image", lambda img, i, n: reads.append(i) or real(img, i, n)
+    )
+    scores = capeval.CLIPScore(model=str(tiny_clip_dir))(["a photo", "a photo"], images=[array, tensor])[
+        "scores"
+    ]
+    assert reads == [0]
+    assert scores[0] == scores[1]
+
+
+def test_video_keys_tell_array_and_tensor_layouts_apart():
+    from capeval.clip.video import video_key
+
+    frames = np.random.RandomState(3).randint(0, 256, (2, 3, 8, 3), dtype=np.uint8)  # (T, H, W, C)
+    same_bytes = torch.from_numpy(frames.copy())  # read as (T, C, H, W): other frames
+    same_frames = torch.from_numpy(frames.copy()).permute(0, 3, 1, 2)
+    assert video_key(frames, 0) != video_key(same_bytes, 1)
+    assert video_key(frames, 0) == video_key(same_frames, 2)
+
+
+def test_a_file_whose_bytes_spell_a_pixel_header_never_takes_those_pixels_cache_key(tmp_path):
+    from capeval.corpus.embedding_cache import content_hash
+
+    black = Image.new("RGB", (1, 1))
+    forged = tmp_path / "forged.png"  # not an image: it must fail, never borrow the black pixel's embedding
+    forged.write_bytes(b"pil|RGB|(1, 1)" + black.tobytes())
+    assert content_hash(str(forged)) != content_hash(black)
+
+
+def test_a_bfloat16_tensor_reads_as_the_float32_tensor_of_its_values(tiny_clip_dir):
+    values = torch.rand(3, 16, 16).bfloat16()
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    assert (
+        scorer(["a photo"], images=[values])["scores"]
+        == scorer(["a photo"], images=[values.float()])["scores"]
+    )
