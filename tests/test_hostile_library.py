@@ -106,3 +106,71 @@ def test_a_bfloat16_tensor_reads_as_the_float32_tensor_of_its_values(tiny_clip_d
         scorer(["a photo"], images=[values])["scores"]
         == scorer(["a photo"], images=[values.float()])["scores"]
     )
+
+
+# --- Item 6: high-bit-depth images and captions without visible text ---
+def _item6_image(mode: str, values) -> Image.Image:
+    dtype = {"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]
+    img = Image.fromarray(np.asarray(values, dtype=dtype).reshape(40, 40))
+    assert img.mode == mode
+    return img
+
+
+@pytest.mark.parametrize(
+    ("mode", "values", "message"),
+    [
+        (
+            "I;16",
+            np.linspace(0, 65535, 1600),
+            r"image 1 is a 16-bit image \(mode I;16\) with samples from 0 to 65535",
+        ),
+        (
+            "I",
+            np.full(1600, 70_000),
+            r"image 1 is a 32-bit integer image \(mode I\) with samples from 70000 to 70000",
+        ),
+        (
+            "I",
+            np.linspace(-500, 200, 1600),
+            r"image 1 .*mode I\) with samples from -500 to 200.*saturated \(black\)",
+        ),
+        (
+            "F",
+            np.linspace(0, 1000, 1600),
+            r"image 1 is a 32-bit float image \(mode F\) with samples from 0 to 1000",
+        ),
+        ("F", np.linspace(0, 1, 1600), r"image 1 is a float image \(mode F\) with values in \[0, 1\]"),
+        (
+            "F",
+            np.r_[np.zeros(1599), np.nan],
+            r"image 1 is a 32-bit float image \(mode F\) holding NaN or infinity",
+        ),
+    ],
+)
+def test_high_bit_depth_images_the_rgb_conversion_would_saturate_are_refused_by_name(
+    tiny_clip_dir, mode, values, message
+):
+    ok = Image.new("RGB", (40, 40), "gray")
+    with pytest.raises(ValueError, match=message):
+        capeval.CLIPScore(model=str(tiny_clip_dir))(
+            ["a photo", "a photo"], images=[ok, _item6_image(mode, values)]
+        )
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I", "F"])
+def test_high_bit_depth_images_within_8_bit_levels_score_with_the_authors_pixels(tiny_clip_dir, mode):
+    from authors_reference import authors_clip_s, authors_pixels
+
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.images import normalize_pixels, preprocess_image
+
+    levels = np.random.RandomState(4).randint(0, 256, 40 * 40)
+    img = _item6_image(mode, levels)
+    backbone = load_backbone(str(tiny_clip_dir))
+    n = backbone.image_size
+    ours = normalize_pixels(
+        torch.from_numpy(preprocess_image(img, 0, n))[None], backbone.image_mean, backbone.image_std
+    )
+    assert torch.equal(ours[0], authors_pixels(img, n))
+    score = capeval.CLIPScore(model=str(tiny_clip_dir))(["a photo"], images=[img])["scores"][0]
+    assert score == pytest.approx(float(authors_clip_s(backbone.model, [img], ["a photo"])[0]), abs=1e-5)

@@ -3,7 +3,8 @@
 The preprocessing re-states the OpenAI transform used by the CLIPScore and PAC-S authors
 (``clip/clip.py``: ``Resize(n, BICUBIC)``, ``CenterCrop(n)``, ``convert("RGB")``, ``ToTensor``,
 ``Normalize(mean, std)``) with PIL alone, in that order: the RGB conversion happens *after* the
-crop, exactly as there, so palette and grayscale images are resized in their own mode.
+crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. 16/32-bit
+images whose samples the RGB conversion would clip are refused (``check_sample_range``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,44 @@ def image_key(image: ImageInput, index: int) -> tuple:
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
+_HIGH_BIT_DEPTH = {"I": "32-bit integer", "F": "32-bit float"}
+
+
+def check_sample_range(img: Image.Image, what: str = "image") -> None:
+    """Refuse a 16/32-bit image whose samples the authors' RGB conversion would saturate.
+
+    CLIP's preprocessing (OpenAI's ``_transform``, used by the CLIPScore and PAC-S authors) resizes an image in
+    its own mode and then calls ``convert("RGB")``, which reads "I", "I;16" and "F" samples as 8-bit levels
+    and clips them to 0-255. capeval follows that mapping, and so refuses images it cannot represent: samples
+    below 0 or above 255 (a 16-bit photograph would turn white), NaN or infinity, and float images whose
+    values all lie in [0, 1] (the [0, 1] convention of float arrays, which the 0-255 reading makes black).
+    """
+    if img.mode not in _HIGH_BIT_DEPTH and not img.mode.startswith("I;16"):
+        return
+    kind = _HIGH_BIT_DEPTH.get(img.mode, "16-bit")
+    arr = np.asarray(img)
+    if img.mode == "F" and not np.isfinite(arr).all():
+        raise ValueError(f"{what} is a {kind} image (mode F) holding NaN or infinity")
+    lo, hi = arr.min().item(), arr.max().item()
+    advice = (
+        "scale it to 8 bits first, e.g. Image.fromarray((np.asarray(img) / 257).round().astype('uint8')) "
+        "for 16-bit data"
+    )
+    if lo < 0 or hi > 255:
+        turns = "white" if hi > 255 else "black"
+        raise ValueError(
+            f"{what} is a {kind} image (mode {img.mode}) with samples from {lo:g} to {hi:g}: CLIP's "
+            f"preprocessing, as its authors run it, converts to RGB by clipping samples to 0-255, so it would "
+            f"score a saturated ({turns}) picture; capeval refuses it instead: {advice}"
+        )
+    if img.mode == "F" and 0 < hi <= 1:
+        raise ValueError(
+            f"{what} is a float image (mode F) with values in [0, 1]: CLIP's preprocessing reads 'F' samples "
+            "as 0-255 levels (as its authors' convert('RGB') does), so it would score an almost black picture; "
+            "pass the float array itself (capeval reads float arrays in [0, 1]) or multiply it by 255"
+        )
+
+
 def _open(source, index: int, label: str) -> Image.Image:
     try:
         with warnings.catch_warnings():
@@ -171,10 +210,19 @@ def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
 def load_image(image: ImageInput, index: int) -> Image.Image:
     """Read one image input into a PIL image, with errors that name the index (and path).
 
+    An image CLIP's preprocessing could not represent is refused (``check_sample_range``: 16/32-bit samples
+    outside 0-255).
+
     Raises:
         TypeError: unsupported input type.
         ValueError: missing, unreadable, corrupt, too large or malformed image.
     """
+    img = _read(image, index)
+    check_sample_range(img, _what(index, _describe(image)))
+    return img
+
+
+def _read(image: ImageInput, index: int) -> Image.Image:
     if isinstance(image, Image.Image):
         if image.width == 0 or image.height == 0:
             raise ValueError(f"image {index}: PIL image of size {image.size} has no pixels")
@@ -191,34 +239,21 @@ def load_image(image: ImageInput, index: int) -> Image.Image:
         if image.get("bytes") is not None:
             return _open(io.BytesIO(image["bytes"]), index, _describe(image))
         if image.get("path"):
-            return load_image(image["path"], index)
+            return _read(image["path"], index)
         raise ValueError(
             f"image {index}: a datasets Image dict needs 'bytes' or 'path', got keys {sorted(image)}"
         )
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
-def _resize_mode_safe(img: Image.Image) -> Image.Image:
-    # PIL cannot resample 16/32-bit integer or "I;16" images with BICUBIC; the authors' pipeline crashes
-    # on them. Scale to 8 bits first so they score instead (documented deviation, only where they crash).
-    if img.mode.startswith("I;16") or img.mode == "I":
-        arr = np.asarray(img, dtype=np.float64)
-        hi = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
-        return Image.fromarray(np.clip(np.round(arr * 255.0 / hi), 0, 255).astype(np.uint8), mode="L")
-    if img.mode == "F":
-        arr = np.asarray(img, dtype=np.float64)
-        hi = 1.0 if arr.max() <= 1.0 else 255.0
-        return Image.fromarray(np.clip(np.round(arr * 255.0 / hi), 0, 255).astype(np.uint8), mode="L")
-    return img
-
-
 def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
-    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size``, centre crop, then RGB.
+    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB.
+
+    16/32-bit images must pass ``check_sample_range`` (``load_image`` checks it).
 
     Returns:
         np.ndarray: (size, size, 3) uint8.
     """
-    img = _resize_mode_safe(img)
     w, h = img.size
     # torchvision.transforms.Resize(int) keeps the aspect ratio: the longer side is truncated, not rounded.
     if w <= h:
