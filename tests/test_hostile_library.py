@@ -174,3 +174,112 @@ def test_high_bit_depth_images_within_8_bit_levels_score_with_the_authors_pixels
     assert torch.equal(ours[0], authors_pixels(img, n))
     score = capeval.CLIPScore(model=str(tiny_clip_dir))(["a photo"], images=[img])["scores"][0]
     assert score == pytest.approx(float(authors_clip_s(backbone.model, [img], ["a photo"])[0]), abs=1e-5)
+
+
+INVISIBLE = [
+    "\x00",
+    "\x00 \x00\t",
+    "\u200b",
+    "\u200b\u200c\u200d\u2060\ufeff",
+    "\u00ad",
+    "\u202e\u2066\u2069",
+    "\u3164",
+    "\ufe0f",
+    "\U000e0041\U000e007f",
+    "\u2028\u3000",
+]
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_a_caption_without_visible_text_is_an_empty_caption_naming_its_index(text):
+    from capeval.validation import check_predictions, check_references
+
+    with pytest.raises(ValueError, match=r"prediction 1 is an empty caption"):
+        check_predictions(["a dog", text])
+    with pytest.raises(ValueError, match=r"reference 1 of item 0 is an empty string"):
+        check_references([["a dog", text]], 1)
+
+
+def test_the_message_lists_the_invisible_code_points():
+    from capeval.validation import check_predictions
+
+    with pytest.raises(
+        ValueError,
+        match=r"prediction 0 is an empty caption: it holds only invisible characters "
+        r"\(U\+0000, U\+200B\)",
+    ):
+        check_predictions(["\x00\u200b\x00"])
+
+
+@pytest.mark.parametrize("text", ["é", "日本", "🙂", "\u0301", "a\u200b", "\x00a", "\ue000"])
+def test_captions_with_any_visible_character_are_kept(text):
+    from capeval.validation import check_predictions, has_visible_text
+
+    assert has_visible_text(text)
+    assert check_predictions([text]) == [text]
+
+
+def test_every_metric_refuses_an_invisible_prediction_or_reference(tiny_clip_dir):
+    from gensim.models import KeyedVectors
+
+    from capeval.emscore import EMScore
+
+    kv = KeyedVectors(vector_size=2, count=0)
+    kv.add_vectors(["dog", "cat"], np.array([[0, 1], [1, 0]], dtype=np.float32))
+    image = Image.new("RGB", (40, 40), "gray")
+    model = str(tiny_clip_dir)
+    calls = {
+        "clipscore": lambda p: capeval.CLIPScore(model=model)(p, images=[image, image]),
+        "refclipscore": lambda p: capeval.RefCLIPScore(model=model)(
+            p, [["a dog"]] * 2, images=[image, image]
+        ),
+        "wmd": lambda p: capeval.WMD(vectors=kv)(p, [["a dog"]] * 2),
+        "wembsim": lambda p: capeval.WEmbSim(vectors=kv)(p, [["a dog"]] * 2),
+        "emscore": lambda p: EMScore(model=model)(p, [["a dog"]] * 2),
+    }
+    for call in calls.values():
+        with pytest.raises(ValueError, match="prediction 1 is an empty caption: it holds only invisible"):
+            call(["a dog", "\u200b\x00"])
+    refs = [["a dog"], ["a cat", "\ufeff"]]
+    for call in {
+        "refclipscore": lambda: capeval.RefCLIPScore(model=model)(["a", "b"], refs, images=[image, image]),
+        "wmd": lambda: capeval.WMD(vectors=kv)(["a dog", "a cat"], refs),
+        "wembsim": lambda: capeval.WEmbSim(vectors=kv)(["a dog", "a cat"], refs),
+        "emscore": lambda: EMScore(model=model)(["a dog", "a cat"], refs),
+    }.values():
+        with pytest.raises(
+            ValueError, match="reference 1 of item 1 is an empty string: it holds only invisible"
+        ):
+            call()
+
+
+def test_a_corpus_row_with_an_invisible_caption_is_reported_not_scored():
+    from capeval.corpus.sources import Columns, to_item
+
+    columns = Columns(caption="caption", image="image", references="refs", id=None)
+    item = to_item(0, {"caption": "\u200b\u200b", "image": "x.png"}, columns, needs_refs=False)
+    assert item.error == "caption ('caption') is missing or empty (no visible text)"
+    item = to_item(
+        1, {"caption": "a dog", "image": "x.png", "refs": ["a dog", "\x00"]}, columns, needs_refs=True
+    )
+    assert "references ('refs') must be a non-empty list of non-empty strings" in item.error
+
+
+def test_the_trainer_hook_counts_an_invisible_generated_caption_as_empty(tiny_clip_dir):
+    import datasets
+
+    from capeval.integrations.trainer import make_compute_metrics
+
+    rows = datasets.Dataset.from_dict({"image": [Image.new("RGB", (32, 32), c) for c in ("red", "blue")]})
+
+    class Decoder:  # the hook's scoring of decoded captions does not decode
+        def batch_decode(self, ids, skip_special_tokens=True):
+            raise AssertionError("not called")
+
+    hook = make_compute_metrics(Decoder(), rows, ["clipscore"], options={"model": str(tiny_clip_dir)})
+    out = hook.score(["a red square", "\u200b"])
+    alone = capeval.CLIPScore(model=str(tiny_clip_dir))(["a red square"], images=[rows[0]["image"]])[
+        "clipscore"
+    ]
+    assert out["empty_predictions"] == 1
+    assert out["clipscore"] == pytest.approx(alone / 2, abs=1e-6)
