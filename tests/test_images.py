@@ -38,7 +38,7 @@ def _ours(img: Image.Image, size: int) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "size",
-    [(224, 224), (500, 375), (375, 500), (225, 224), (1, 1), (3, 1000), (1000, 3), (17, 31), (640, 427)],
+    [(224, 224), (500, 375), (375, 500), (225, 224), (1, 1), (10, 1000), (1000, 10), (17, 31), (640, 427)],
 )
 @pytest.mark.parametrize("mode", ["RGB", "L", "P", "RGBA", "CMYK", "LA", "1", "I", "I;16", "F"])
 def test_pixels_equal_the_authors_transform_on_odd_sizes_and_modes(size, mode):

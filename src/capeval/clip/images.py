@@ -3,12 +3,14 @@
 The preprocessing re-states the OpenAI transform used by the CLIPScore and PAC-S authors
 (``clip/clip.py``: ``Resize(n, BICUBIC)``, ``CenterCrop(n)``, ``convert("RGB")``, ``ToTensor``,
 ``Normalize(mean, std)``) with PIL alone, in that order: the RGB conversion happens *after* the
-crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. 16/32-bit
-images whose samples the RGB conversion would clip are refused (``check_sample_range``).
+crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. Two
+bounds are capeval's own: aspect ratios beyond ``MAX_ASPECT_RATIO`` are refused (the resize would grow with
+the ratio), and so are 16/32-bit images whose samples the RGB conversion would clip (``check_sample_range``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -34,6 +36,17 @@ def _describe(image: ImageInput) -> str:
         return f" ({image['path']!r})"
     return ""
 
+
+MAX_ASPECT_RATIO = 100
+"""Longest side over shortest side that capeval preprocesses: capeval's bound, not the authors'.
+
+CLIP's preprocessing scales the shorter side to the model's input size n and keeps the aspect ratio, so the
+work and memory of the resize grow with the ratio (n x ratio*n pixels). At 100:1 that is at most 5 megapixels
+for n = 224; a 1x100000 picture would need 22 million rows. Beyond the bound the image is refused by name: no
+exact cheaper computation is available (PIL resamples a region of the source from single-precision coordinates,
+so resizing only the cropped region differs from resizing the whole image by up to 22 levels on a 3x1000
+image), and the centre crop of such an image shows under 1% of it anyway.
+"""
 
 _ARRAY_DTYPES = "use uint8, bool or floats in [0, 1]"
 
@@ -133,6 +146,25 @@ def image_key(image: ImageInput, index: int) -> tuple:
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
+def check_geometry(width: int, height: int, what: str = "image") -> None:
+    """Refuse an image with no pixels or an aspect ratio beyond ``MAX_ASPECT_RATIO``, before any resize.
+
+    Args:
+        width, height: its size (from a file header, before decoding, where there is one).
+        what: how messages name it (``"image 3 ('a.png')"``, ``"video 0: a frame"``).
+    """
+    if width < 1 or height < 1:
+        raise ValueError(f"{what} is {width}x{height}: it has no pixels")
+    short, long = min(width, height), max(width, height)
+    if long > MAX_ASPECT_RATIO * short:
+        raise ValueError(
+            f"{what} is {width}x{height} pixels, an aspect ratio of {long / short:,.0f}:1; capeval accepts "
+            f"at most {MAX_ASPECT_RATIO}:1 (capeval.clip.images.MAX_ASPECT_RATIO): CLIP's preprocessing scales "
+            f"the shorter side to the model's input size, which would stretch the longer side to "
+            f"{long / short:,.0f} times that size. Crop or pad it first."
+        )
+
+
 _HIGH_BIT_DEPTH = {"I": "32-bit integer", "F": "32-bit float"}
 
 
@@ -171,23 +203,40 @@ def check_sample_range(img: Image.Image, what: str = "image") -> None:
         )
 
 
-def _open(source, index: int, label: str) -> Image.Image:
+@contextlib.contextmanager
+def _pil_errors(what: str):
+    """PIL's failures to open or decode, as ``ValueError`` naming the image."""
     try:
         with warnings.catch_warnings():
             # Above PIL's MAX_IMAGE_PIXELS PIL only warns; an image that large is refused instead.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(source)
-            img.load()
+            yield
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(
-            f"image {index}{label} is too large: {err} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
+            f"{what} is too large: {err} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
         ) from err
+    except MemoryError as err:
+        raise ValueError(f"{what} is too large to decode: the machine ran out of memory") from err
     except UnidentifiedImageError as err:
-        raise ValueError(f"image {index}{label} is not a readable image file") from err
+        raise ValueError(f"{what} is not a readable image file") from err
     except FileNotFoundError as err:
-        raise ValueError(f"image {index}{label}: file not found") from err
+        raise ValueError(f"{what}: file not found") from err
     except (OSError, SyntaxError, ValueError) as err:
-        raise ValueError(f"image {index}{label} is corrupt or truncated: {err}") from err
+        raise ValueError(f"{what} is corrupt or truncated: {err}") from err
+
+
+def _open(source, index: int, label: str) -> Image.Image:
+    """Open a file or bytes, check its size from the header, then decode it."""
+    what = _what(index, label)
+    with _pil_errors(what):
+        img = Image.open(source)
+    try:
+        check_geometry(img.width, img.height, what)  # before decoding: a few bytes can declare any size
+        with _pil_errors(what):
+            img.load()
+    except BaseException:
+        img.close()
+        raise
     return img
 
 
@@ -210,15 +259,18 @@ def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
 def load_image(image: ImageInput, index: int) -> Image.Image:
     """Read one image input into a PIL image, with errors that name the index (and path).
 
-    An image CLIP's preprocessing could not represent is refused (``check_sample_range``: 16/32-bit samples
-    outside 0-255).
+    Files are checked from their header before decoding. Every image is refused when CLIP's preprocessing
+    could not represent it (``check_geometry``: no pixels or an aspect ratio beyond ``MAX_ASPECT_RATIO``;
+    ``check_sample_range``: 16/32-bit samples outside 0-255).
 
     Raises:
         TypeError: unsupported input type.
         ValueError: missing, unreadable, corrupt, too large or malformed image.
     """
     img = _read(image, index)
-    check_sample_range(img, _what(index, _describe(image)))
+    what = _what(index, _describe(image))
+    check_geometry(img.width, img.height, what)
+    check_sample_range(img, what)
     return img
 
 
@@ -246,20 +298,28 @@ def _read(image: ImageInput, index: int) -> Image.Image:
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
+def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """(width, height) after CLIP's shorter-side resize to ``size``.
+
+    torchvision's ``Resize(int)`` keeps the aspect ratio and truncates the longer side, not rounds it.
+    """
+    if width <= height:
+        return size, int(size * height / width)
+    return int(size * width / height), size
+
+
 def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
     """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB.
 
-    16/32-bit images must pass ``check_sample_range`` (``load_image`` checks it).
+    The image must pass ``check_geometry`` (checked here too) and ``check_sample_range`` (``load_image`` checks
+    it): the resize costs size x (size x aspect ratio) pixels.
 
     Returns:
         np.ndarray: (size, size, 3) uint8.
     """
+    check_geometry(img.width, img.height)
     w, h = img.size
-    # torchvision.transforms.Resize(int) keeps the aspect ratio: the longer side is truncated, not rounded.
-    if w <= h:
-        new_w, new_h = size, int(size * h / w)
-    else:
-        new_w, new_h = int(size * w / h), size
+    new_w, new_h = resized_size(w, h, size)
     if (new_w, new_h) != (w, h):
         img = img.resize((new_w, new_h), Image.BICUBIC)
     left = int(round((new_w - size) / 2.0))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.clip.images import image_key, load_image, resize_and_crop
+from capeval.clip.images import check_geometry, image_key, load_image, resize_and_crop
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
 
@@ -145,6 +145,14 @@ def _open_container(av, path: Path, index: int, label: str):
             # What FFmpeg reports for an MP4 cut before its index (moov) atom.
             raise ValueError(f"video {index}{label} holds no streams: it is truncated or not a video file")
         raise ValueError(f"video {index}{label} has no video stream (only {streams} other stream(s))")
+    codec = container.streams.video[0].codec_context
+    if codec.width and codec.height:  # some containers state no size before decoding
+        try:
+            # Before decoding: every sampled frame is resized, at a cost that grows with the aspect ratio.
+            check_geometry(codec.width, codec.height, f"video {index}{label}: a frame")
+        except ValueError:
+            container.close()
+            raise
     return container
 
 
@@ -164,6 +172,7 @@ def _decode_selected(av, path: Path, wanted: set[int] | None, size: int, index: 
         stream.thread_type = "AUTO"
         for frame in container.decode(stream):
             if wanted is None or n in wanted:
+                check_geometry(frame.width, frame.height, f"video {index}{label}: frame {n}")
                 # to_ndarray + fromarray: the same pixels as to_image(), several times faster.
                 kept[n] = resize_and_crop(Image.fromarray(frame.to_ndarray(format="rgb24")), size)
             n += 1
