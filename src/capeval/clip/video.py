@@ -268,12 +268,21 @@ def read_frames(video: VideoInput, num_frames: int | None, size: int, index: int
         frames = video
     if len(frames) == 0:
         raise ValueError(f"video {index} has no frames")
+    # A frame sampled several times (a video shorter than num_frames) or given several times (the same
+    # image repeated) is read and resized once: the same pixels, reused.
+    by_position: dict[int, np.ndarray] = {}
+    by_content: dict[tuple, np.ndarray] = {}
     out = []
     for j in sample_indices(len(frames), num_frames):
-        try:
-            out.append(resize_and_crop(load_image(frames[j], j), size))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"video {index}, frame {j}: {err}") from err
+        if j not in by_position:
+            try:
+                key = image_key(frames[j], j)
+                if key not in by_content:
+                    by_content[key] = resize_and_crop(load_image(frames[j], j), size)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"video {index}, frame {j}: {err}") from err
+            by_position[j] = by_content[key]
+        out.append(by_position[j])
     return out
 
 
