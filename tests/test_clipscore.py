@@ -274,7 +274,7 @@ def test_odd_images_score_or_fail_clearly(tiny_clip_dir):
     rng = np.random.RandomState(0)
     rgb = Image.fromarray(rng.randint(0, 256, (30, 40, 3), dtype=np.uint8))
     cmyk = rgb.convert("CMYK")
-    sixteen = Image.fromarray((rng.rand(30, 40) * 65535).astype(np.uint16))
+    sixteen = Image.fromarray((rng.rand(30, 40) * 255).astype(np.uint16))  # 16-bit storage, 8-bit levels
     odd = [
         rgb.convert("L"),
         rgb.convert("RGBA"),
@@ -286,6 +286,9 @@ def test_odd_images_score_or_fail_clearly(tiny_clip_dir):
     out = capeval.CLIPScore(model=str(tiny_clip_dir))(["a caption"] * len(odd), images=odd)
     assert len(out["scores"]) == len(odd)
     assert all(math.isfinite(s) for s in out["scores"])
+    full_range = Image.fromarray((rng.rand(30, 40) * 65535).astype(np.uint16))
+    with pytest.raises(ValueError, match=r"image 0 is a 16-bit image \(mode I;16\) with samples from"):
+        capeval.CLIPScore(model=str(tiny_clip_dir))(["a caption"], images=[full_range])
 
 
 def test_signature_names_model_revision_options_and_versions(tiny_clip_dir):

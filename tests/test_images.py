@@ -38,9 +38,9 @@ def _ours(img: Image.Image, size: int) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "size",
-    [(224, 224), (500, 375), (375, 500), (225, 224), (1, 1), (3, 1000), (1000, 3), (17, 31), (640, 427)],
+    [(224, 224), (500, 375), (375, 500), (225, 224), (1, 1), (10, 1000), (1000, 10), (17, 31), (640, 427)],
 )
-@pytest.mark.parametrize("mode", ["RGB", "L", "P", "RGBA", "CMYK", "LA", "1"])
+@pytest.mark.parametrize("mode", ["RGB", "L", "P", "RGBA", "CMYK", "LA", "1", "I", "I;16", "F"])
 def test_pixels_equal_the_authors_transform_on_odd_sizes_and_modes(size, mode):
     img = _noise(size, mode)
     ours = _ours(img, 224)
@@ -62,16 +62,6 @@ def test_rgb_conversion_happens_after_the_crop_like_the_authors():
     converted_first = _ours(img.convert("RGB"), 224)
     assert torch.equal(_ours(img, 224), authors_pixels(img, 224))
     assert not torch.equal(_ours(img, 224), converted_first)
-
-
-def test_sixteen_bit_images_are_scaled_to_eight_bits_instead_of_saturating():
-    arr = (np.linspace(0, 65535, 64 * 48).reshape(48, 64)).astype(np.uint16)
-    img = Image.fromarray(arr)
-    assert img.mode.startswith("I;16")
-    out = resize_and_crop(img, 32)
-    eight_bit = resize_and_crop(Image.fromarray((arr / 257).round().astype(np.uint8)), 32)
-    assert np.abs(out.astype(int) - eight_bit.astype(int)).max() <= 1
-    assert 0 < out.mean() < 255
 
 
 def test_every_input_form_gives_the_same_pixels(tmp_path):

@@ -3,11 +3,14 @@
 The preprocessing re-states the OpenAI transform used by the CLIPScore and PAC-S authors
 (``clip/clip.py``: ``Resize(n, BICUBIC)``, ``CenterCrop(n)``, ``convert("RGB")``, ``ToTensor``,
 ``Normalize(mean, std)``) with PIL alone, in that order: the RGB conversion happens *after* the
-crop, exactly as there, so palette and grayscale images are resized in their own mode.
+crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. Two
+bounds are capeval's own: aspect ratios beyond ``MAX_ASPECT_RATIO`` are refused (the resize would grow with
+the ratio), and so are 16/32-bit images whose samples the RGB conversion would clip (``check_sample_range``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -34,11 +37,92 @@ def _describe(image: ImageInput) -> str:
     return ""
 
 
+MAX_ASPECT_RATIO = 100
+"""Longest side over shortest side that capeval preprocesses: capeval's bound, not the authors'.
+
+CLIP's preprocessing scales the shorter side to the model's input size n and keeps the aspect ratio, so the
+work and memory of the resize grow with the ratio (n x ratio*n pixels). At 100:1 that is at most 5 megapixels
+for n = 224; a 1x100000 picture would need 22 million rows. Beyond the bound the image is refused by name: no
+exact cheaper computation is available (PIL resamples a region of the source from single-precision coordinates,
+so resizing only the cropped region differs from resizing the whole image by up to 22 levels on a 3x1000
+image), and the centre crop of such an image shows under 1% of it anyway.
+"""
+
+_ARRAY_DTYPES = "use uint8, bool or floats in [0, 1]"
+
+
+def _what(index: int | None, label: str = "") -> str:
+    return "image" if index is None else f"image {index}{label}"
+
+
+def _array_pixels(image: np.ndarray | torch.Tensor, index: int | None) -> np.ndarray:
+    """The (H, W[, C]) numpy array an array or tensor is read as; refuses shapes and dtypes that are no image.
+
+    Tensors follow torchvision's (C, H, W) layout and are moved to channels-last here, so an array and a tensor
+    give equal results exactly when they hold the same pixels (their identity is taken from this array).
+    """
+    if isinstance(image, torch.Tensor):
+        t = image.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+        try:
+            arr = t.numpy()
+        except TypeError as err:
+            raise ValueError(f"{_what(index)}: unsupported tensor dtype {t.dtype}; {_ARRAY_DTYPES}") from err
+        chw = arr.ndim == 3
+    else:
+        arr, chw = image, False
+    shape = tuple(arr.shape)
+    if chw:
+        arr = np.moveaxis(arr, 0, -1)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
+        layout = "(C, H, W)" if chw else "(H, W) or (H, W, C)"
+        raise ValueError(
+            f"{_what(index)}: array of shape {shape} is not an image {layout} with 1, 3 or 4 channels"
+        )
+    if min(arr.shape[:2]) == 0:
+        raise ValueError(f"{_what(index)}: array of shape {shape} has no pixels")
+    if arr.dtype not in (np.bool_, np.uint8) and not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"{_what(index)}: unsupported array dtype {arr.dtype}; {_ARRAY_DTYPES}")
+    return arr
+
+
+def pixel_digest(image: Image.Image | np.ndarray | torch.Tensor, index: int | None = None) -> bytes:
+    """Content identity of an in-memory image: equal digests mean the model sees the same pixels.
+
+    A PIL image by its mode, size, palette (mode and entries: palette images with the same indices and other
+    colours differ) and pixel bytes; an array or tensor by the dtype, shape and bytes of the channels-last array
+    capeval reads it as (a (C, H, W) tensor and the (H, W, C) array of the same pixels share a digest; the same
+    bytes read in the two layouts do not). Stable across runs and machines.
+
+    Raises:
+        ValueError: an array or tensor that is not an image (shape, dtype).
+        TypeError: any other input.
+    """
+    digest = hashlib.blake2b(digest_size=16, person=b"capeval-pixels")
+    if isinstance(image, Image.Image):
+        digest.update(f"pil|{image.mode}|{image.width}x{image.height}|".encode())
+        if image.palette is not None:
+            # What convert("RGB") maps the indices through (transparency does not change RGB pixels).
+            palette = image.getpalette(rawmode=None) or []
+            digest.update(f"palette|{image.palette.mode}|{len(palette)}|".encode() + bytes(palette))
+        digest.update(image.tobytes())
+        return digest.digest()
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        arr = np.ascontiguousarray(_array_pixels(image, index))
+        digest.update(f"array|{arr.dtype.str}|{arr.shape}|".encode())
+        digest.update(arr.tobytes())
+        return digest.digest()
+    raise TypeError(f"{_what(index)}: expected a PIL image, a numpy array or a torch tensor")
+
+
 def image_key(image: ImageInput, index: int) -> tuple:
     """Identity of an image input: equal keys mean the same pixels, so it is encoded once.
 
-    Paths are identified by resolved path and file stat (size, mtime); in-memory inputs by a hash of
-    their content. Raises ``TypeError`` for unsupported inputs, naming the index.
+    Paths are identified by resolved path and file stat (size, mtime); in-memory inputs by ``pixel_digest``.
+    Raises ``TypeError`` for unsupported inputs and ``ValueError`` for arrays that are no image, naming the index.
     """
     if isinstance(image, (str, os.PathLike)):
         path = Path(os.fspath(image)).expanduser()
@@ -49,19 +133,8 @@ def image_key(image: ImageInput, index: int) -> tuple:
         except OSError as err:
             raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if isinstance(image, Image.Image):
-        digest = hashlib.blake2b(image.tobytes(), digest_size=16)
-        return ("pil", image.mode, image.size, digest.hexdigest())
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if isinstance(image, np.ndarray):
-        arr = np.ascontiguousarray(image)
-        return (
-            "array",
-            str(arr.dtype),
-            arr.shape,
-            hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest(),
-        )
+    if isinstance(image, (Image.Image, np.ndarray, torch.Tensor)):
+        return ("pixels", pixel_digest(image, index).hex())
     if isinstance(image, dict):
         if image.get("bytes") is not None:
             return ("bytes", hashlib.blake2b(image["bytes"], digest_size=16).hexdigest())
@@ -73,38 +146,102 @@ def image_key(image: ImageInput, index: int) -> tuple:
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
-def _open(source, index: int, label: str) -> Image.Image:
+def check_geometry(width: int, height: int, what: str = "image") -> None:
+    """Refuse an image with no pixels or an aspect ratio beyond ``MAX_ASPECT_RATIO``, before any resize.
+
+    Args:
+        width, height: its size (from a file header, before decoding, where there is one).
+        what: how messages name it (``"image 3 ('a.png')"``, ``"video 0: a frame"``).
+    """
+    if width < 1 or height < 1:
+        raise ValueError(f"{what} is {width}x{height}: it has no pixels")
+    short, long = min(width, height), max(width, height)
+    if long > MAX_ASPECT_RATIO * short:
+        raise ValueError(
+            f"{what} is {width}x{height} pixels, an aspect ratio of {long / short:,.0f}:1; capeval accepts "
+            f"at most {MAX_ASPECT_RATIO}:1 (capeval.clip.images.MAX_ASPECT_RATIO): CLIP's preprocessing scales "
+            f"the shorter side to the model's input size, which would stretch the longer side to "
+            f"{long / short:,.0f} times that size. Crop or pad it first."
+        )
+
+
+_HIGH_BIT_DEPTH = {"I": "32-bit integer", "F": "32-bit float"}
+
+
+def check_sample_range(img: Image.Image, what: str = "image") -> None:
+    """Refuse a 16/32-bit image whose samples the authors' RGB conversion would saturate.
+
+    CLIP's preprocessing (OpenAI's ``_transform``, used by the CLIPScore and PAC-S authors) resizes an image in
+    its own mode and then calls ``convert("RGB")``, which reads "I", "I;16" and "F" samples as 8-bit levels
+    and clips them to 0-255. capeval follows that mapping, and so refuses images it cannot represent: samples
+    below 0 or above 255 (a 16-bit photograph would turn white), NaN or infinity, and float images whose
+    values all lie in [0, 1] (the [0, 1] convention of float arrays, which the 0-255 reading makes black).
+    """
+    if img.mode not in _HIGH_BIT_DEPTH and not img.mode.startswith("I;16"):
+        return
+    kind = _HIGH_BIT_DEPTH.get(img.mode, "16-bit")
+    arr = np.asarray(img)
+    if img.mode == "F" and not np.isfinite(arr).all():
+        raise ValueError(f"{what} is a {kind} image (mode F) holding NaN or infinity")
+    lo, hi = arr.min().item(), arr.max().item()
+    advice = (
+        "scale it to 8 bits first, e.g. Image.fromarray((np.asarray(img) / 257).round().astype('uint8')) "
+        "for 16-bit data"
+    )
+    if lo < 0 or hi > 255:
+        turns = "white" if hi > 255 else "black"
+        raise ValueError(
+            f"{what} is a {kind} image (mode {img.mode}) with samples from {lo:g} to {hi:g}: CLIP's "
+            f"preprocessing, as its authors run it, converts to RGB by clipping samples to 0-255, so it would "
+            f"score a saturated ({turns}) picture; capeval refuses it instead: {advice}"
+        )
+    if img.mode == "F" and 0 < hi <= 1:
+        raise ValueError(
+            f"{what} is a float image (mode F) with values in [0, 1]: CLIP's preprocessing reads 'F' samples "
+            "as 0-255 levels (as its authors' convert('RGB') does), so it would score an almost black picture; "
+            "pass the float array itself (capeval reads float arrays in [0, 1]) or multiply it by 255"
+        )
+
+
+@contextlib.contextmanager
+def _pil_errors(what: str):
+    """PIL's failures to open or decode, as ``ValueError`` naming the image."""
     try:
         with warnings.catch_warnings():
             # Above PIL's MAX_IMAGE_PIXELS PIL only warns; an image that large is refused instead.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(source)
-            img.load()
+            yield
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(
-            f"image {index}{label} is too large: {err} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
+            f"{what} is too large: {err} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
         ) from err
+    except MemoryError as err:
+        raise ValueError(f"{what} is too large to decode: the machine ran out of memory") from err
     except UnidentifiedImageError as err:
-        raise ValueError(f"image {index}{label} is not a readable image file") from err
+        raise ValueError(f"{what} is not a readable image file") from err
     except FileNotFoundError as err:
-        raise ValueError(f"image {index}{label}: file not found") from err
+        raise ValueError(f"{what}: file not found") from err
     except (OSError, SyntaxError, ValueError) as err:
-        raise ValueError(f"image {index}{label} is corrupt or truncated: {err}") from err
+        raise ValueError(f"{what} is corrupt or truncated: {err}") from err
+
+
+def _open(source, index: int, label: str) -> Image.Image:
+    """Open a file or bytes, check its size from the header, then decode it."""
+    what = _what(index, label)
+    with _pil_errors(what):
+        img = Image.open(source)
+    try:
+        check_geometry(img.width, img.height, what)  # before decoding: a few bytes can declare any size
+        with _pil_errors(what):
+            img.load()
+    except BaseException:
+        img.close()
+        raise
     return img
 
 
-def _array_to_pil(arr: np.ndarray, index: int, chw: bool) -> Image.Image:
-    if arr.ndim == 3 and chw:
-        arr = np.moveaxis(arr, 0, -1)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[-1] not in (3, 4)):
-        layout = "(C, H, W)" if chw else "(H, W) or (H, W, C)"
-        raise ValueError(
-            f"image {index}: array of shape {tuple(arr.shape)} is not an image {layout} with 1, 3 or 4 channels"
-        )
-    if min(arr.shape[:2]) == 0:
-        raise ValueError(f"image {index}: array of shape {tuple(arr.shape)} has no pixels")
+def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
+    """The PIL image of a checked (H, W[, C]) array from ``_array_pixels``."""
     if arr.dtype == np.bool_:
         arr = arr.astype(np.uint8) * 255
     elif np.issubdtype(arr.dtype, np.floating):
@@ -116,18 +253,28 @@ def _array_to_pil(arr: np.ndarray, index: int, chw: bool) -> Image.Image:
                 f"image {index}: float arrays must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}]"
             )
         arr = np.round(arr * 255.0).astype(np.uint8)
-    elif arr.dtype != np.uint8:
-        raise ValueError(f"image {index}: unsupported array dtype {arr.dtype}; use uint8 or floats in [0, 1]")
     return Image.fromarray(np.ascontiguousarray(arr))
 
 
 def load_image(image: ImageInput, index: int) -> Image.Image:
     """Read one image input into a PIL image, with errors that name the index (and path).
 
+    Files are checked from their header before decoding. Every image is refused when CLIP's preprocessing
+    could not represent it (``check_geometry``: no pixels or an aspect ratio beyond ``MAX_ASPECT_RATIO``;
+    ``check_sample_range``: 16/32-bit samples outside 0-255).
+
     Raises:
         TypeError: unsupported input type.
         ValueError: missing, unreadable, corrupt, too large or malformed image.
     """
+    img = _read(image, index)
+    what = _what(index, _describe(image))
+    check_geometry(img.width, img.height, what)
+    check_sample_range(img, what)
+    return img
+
+
+def _read(image: ImageInput, index: int) -> Image.Image:
     if isinstance(image, Image.Image):
         if image.width == 0 or image.height == 0:
             raise ValueError(f"image {index}: PIL image of size {image.size} has no pixels")
@@ -138,49 +285,41 @@ def load_image(image: ImageInput, index: int) -> Image.Image:
             what = "is a folder, not an image file" if path.is_dir() else "file not found"
             raise ValueError(f"image {index} ({os.fspath(image)!r}): {what}")
         return _open(path, index, _describe(image))
-    if isinstance(image, torch.Tensor):
-        # torch images follow torchvision's (C, H, W) layout; 2-D tensors are grayscale.
-        return _array_to_pil(image.detach().cpu().numpy(), index, chw=image.ndim == 3)
-    if isinstance(image, np.ndarray):
-        return _array_to_pil(image, index, chw=False)
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        return _array_to_pil(_array_pixels(image, index), index)
     if isinstance(image, dict):
         if image.get("bytes") is not None:
             return _open(io.BytesIO(image["bytes"]), index, _describe(image))
         if image.get("path"):
-            return load_image(image["path"], index)
+            return _read(image["path"], index)
         raise ValueError(
             f"image {index}: a datasets Image dict needs 'bytes' or 'path', got keys {sorted(image)}"
         )
     raise TypeError(f"image {index}: expected {_ACCEPTED}, got {type(image).__name__}")
 
 
-def _resize_mode_safe(img: Image.Image) -> Image.Image:
-    # PIL cannot resample 16/32-bit integer or "I;16" images with BICUBIC; the authors' pipeline crashes
-    # on them. Scale to 8 bits first so they score instead (documented deviation, only where they crash).
-    if img.mode.startswith("I;16") or img.mode == "I":
-        arr = np.asarray(img, dtype=np.float64)
-        hi = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
-        return Image.fromarray(np.clip(np.round(arr * 255.0 / hi), 0, 255).astype(np.uint8), mode="L")
-    if img.mode == "F":
-        arr = np.asarray(img, dtype=np.float64)
-        hi = 1.0 if arr.max() <= 1.0 else 255.0
-        return Image.fromarray(np.clip(np.round(arr * 255.0 / hi), 0, 255).astype(np.uint8), mode="L")
-    return img
+def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """(width, height) after CLIP's shorter-side resize to ``size``.
+
+    torchvision's ``Resize(int)`` keeps the aspect ratio and truncates the longer side, not rounds it.
+    """
+    if width <= height:
+        return size, int(size * height / width)
+    return int(size * width / height), size
 
 
 def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
-    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size``, centre crop, then RGB.
+    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB.
+
+    The image must pass ``check_geometry`` (checked here too) and ``check_sample_range`` (``load_image`` checks
+    it): the resize costs size x (size x aspect ratio) pixels.
 
     Returns:
         np.ndarray: (size, size, 3) uint8.
     """
-    img = _resize_mode_safe(img)
+    check_geometry(img.width, img.height)
     w, h = img.size
-    # torchvision.transforms.Resize(int) keeps the aspect ratio: the longer side is truncated, not rounded.
-    if w <= h:
-        new_w, new_h = size, int(size * h / w)
-    else:
-        new_w, new_h = int(size * w / h), size
+    new_w, new_h = resized_size(w, h, size)
     if (new_w, new_h) != (w, h):
         img = img.resize((new_w, new_h), Image.BICUBIC)
     left = int(round((new_w - size) / 2.0))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.clip.images import image_key, load_image, resize_and_crop
+from capeval.clip.images import check_geometry, image_key, load_image, resize_and_crop
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
 
@@ -88,21 +88,19 @@ def video_key(video: VideoInput, index: int) -> tuple:
         except OSError as err:
             raise ValueError(f"video {index}{_describe(video)}: cannot read it: {err.strerror}") from err
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if isinstance(video, torch.Tensor):
-        video = video.detach().cpu().numpy()
-    if isinstance(video, np.ndarray):
+    if isinstance(video, (np.ndarray, torch.Tensor)):
         if video.ndim != 4:
             raise ValueError(
                 f"video {index}: an array video must be 4-D (T, H, W, C) or a tensor (T, C, H, W), "
                 f"got shape {tuple(video.shape)}"
             )
-        arr = np.ascontiguousarray(video)
-        return (
-            "array",
-            str(arr.dtype),
-            arr.shape,
-            hashlib.blake2b(arr.tobytes(), digest_size=16).hexdigest(),
-        )
+        # The frames as read_frames reads them: each (C, H, W) tensor frame is moved to channels-last, so
+        # an array and a tensor holding the same bytes in their two layouts (other pictures) differ here.
+        arr = _frames_array(video, index)
+        digest = hashlib.blake2b(digest_size=16, person=b"capeval-frames")
+        digest.update(f"array|{arr.dtype.str}|{arr.shape}|".encode())
+        digest.update(np.ascontiguousarray(arr).tobytes())
+        return ("array", digest.hexdigest())
     if isinstance(video, Sequence) and not isinstance(video, (str, bytes)):
         if len(video) == 0:
             raise ValueError(f"video {index} is an empty list of frames")
@@ -114,6 +112,19 @@ def video_key(video: VideoInput, index: int) -> tuple:
                 raise type(err)(f"video {index}, frame {j}: {err}") from err
         return ("frames", tuple(keys))
     raise TypeError(f"video {index}: expected {_ACCEPTED}, got {type(video).__name__}")
+
+
+def _frames_array(video: np.ndarray | torch.Tensor, index: int) -> np.ndarray:
+    """A (T, H, W, C) array video as it is, a (T, C, H, W) tensor as the (T, H, W, C) array of its frames."""
+    if isinstance(video, np.ndarray):
+        return video
+    t = video.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+    try:
+        return np.moveaxis(t.numpy(), 1, -1)
+    except TypeError as err:
+        raise ValueError(f"video {index}: unsupported tensor dtype {t.dtype}") from err
 
 
 def _open_container(av, path: Path, index: int, label: str):
@@ -134,6 +145,14 @@ def _open_container(av, path: Path, index: int, label: str):
             # What FFmpeg reports for an MP4 cut before its index (moov) atom.
             raise ValueError(f"video {index}{label} holds no streams: it is truncated or not a video file")
         raise ValueError(f"video {index}{label} has no video stream (only {streams} other stream(s))")
+    codec = container.streams.video[0].codec_context
+    if codec.width and codec.height:  # some containers state no size before decoding
+        try:
+            # Before decoding: every sampled frame is resized, at a cost that grows with the aspect ratio.
+            check_geometry(codec.width, codec.height, f"video {index}{label}: a frame")
+        except ValueError:
+            container.close()
+            raise
     return container
 
 
@@ -153,6 +172,7 @@ def _decode_selected(av, path: Path, wanted: set[int] | None, size: int, index: 
         stream.thread_type = "AUTO"
         for frame in container.decode(stream):
             if wanted is None or n in wanted:
+                check_geometry(frame.width, frame.height, f"video {index}{label}: frame {n}")
                 # to_ndarray + fromarray: the same pixels as to_image(), several times faster.
                 kept[n] = resize_and_crop(Image.fromarray(frame.to_ndarray(format="rgb24")), size)
             n += 1
@@ -248,12 +268,21 @@ def read_frames(video: VideoInput, num_frames: int | None, size: int, index: int
         frames = video
     if len(frames) == 0:
         raise ValueError(f"video {index} has no frames")
+    # A frame sampled several times (a video shorter than num_frames) or given several times (the same
+    # image repeated) is read and resized once: the same pixels, reused.
+    by_position: dict[int, np.ndarray] = {}
+    by_content: dict[tuple, np.ndarray] = {}
     out = []
     for j in sample_indices(len(frames), num_frames):
-        try:
-            out.append(resize_and_crop(load_image(frames[j], j), size))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"video {index}, frame {j}: {err}") from err
+        if j not in by_position:
+            try:
+                key = image_key(frames[j], j)
+                if key not in by_content:
+                    by_content[key] = resize_and_crop(load_image(frames[j], j), size)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"video {index}, frame {j}: {err}") from err
+            by_position[j] = by_content[key]
+        out.append(by_position[j])
     return out
 
 

@@ -6,8 +6,8 @@ another threshold or output folder, encodes nothing twice. Keys are ``blake2b(na
 
 - the namespace names everything that changes an embedding: the backbone (``Backbone.name``, extra weights),
   its dtype and preprocessing constants, and for captions the prompt prefix and context length;
-- the content is a hash of the image's bytes (file bytes, ``datasets`` Image bytes) or decoded pixels, never a
-  path or an mtime, and of the caption string.
+- the content is a hash of the image's bytes (file bytes, ``datasets`` Image bytes) or of what the model sees
+  of an in-memory image (mode, size, palette, layout and pixels), never a path or an mtime, and of the caption.
 
 SQLite in WAL mode commits each batch as one transaction: readers never see half a batch, several processes
 (sharded runs) can share one file, and an application crash never corrupts it. Inputs that cannot be
@@ -74,16 +74,16 @@ def hash_file(path: str | os.PathLike) -> bytes:
 def content_hash(image: Any) -> bytes:
     """Content identity of an image input, stable across runs and machines.
 
-    Files and ``datasets`` Image dicts are hashed by their bytes (the encoded file), in-memory images by
-    their decoded pixels (mode, size, dtype and values). The same picture given as a file and as pixels
-    gets two keys, which costs one extra encoding, never a wrong embedding.
+    Files and ``datasets`` Image dicts are hashed by their bytes (the encoded file), in-memory images by what
+    the model sees (``capeval.clip.images.pixel_digest``: mode, size, palette and pixels of a PIL image; dtype,
+    channels-last shape and values of an array or tensor), in a separate hash domain, so no file's bytes can
+    take the key of some pixels. The same picture given as a file and as pixels gets two keys, which costs one
+    extra encoding, never a wrong embedding.
 
     Raises:
-        ValueError: a file that cannot be read.
+        ValueError: a file that cannot be read, or an array that is not an image.
         TypeError: an unsupported input.
     """
-    from PIL import Image
-
     if isinstance(image, (str, os.PathLike)):
         return hash_file(os.path.expanduser(os.fspath(image)))
     if isinstance(image, dict):
@@ -92,15 +92,12 @@ def content_hash(image: Any) -> bytes:
         if image.get("path"):
             return hash_file(os.path.expanduser(image["path"]))
         raise ValueError(f"a datasets Image dict needs 'bytes' or 'path', got keys {sorted(image)}")
-    if isinstance(image, Image.Image):
-        head = f"pil|{image.mode}|{image.size}".encode()
-        return hash_bytes(head + image.tobytes())
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if isinstance(image, np.ndarray):
-        arr = np.ascontiguousarray(image)
-        head = f"array|{arr.dtype}|{arr.shape}".encode()
-        return hash_bytes(head + arr.tobytes())
+    from PIL import Image
+
+    from capeval.clip.images import pixel_digest
+
+    if isinstance(image, (Image.Image, np.ndarray, torch.Tensor)):
+        return pixel_digest(image)
     raise TypeError(f"cannot hash an image of type {type(image).__name__}")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from capeval.validation import has_visible_text
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
 
 
@@ -285,8 +287,8 @@ def to_item(index: int, row: dict, columns: Columns, needs_refs: bool) -> Item:
         item.error = row["__error__"]
         return item
     caption = row.get(columns.caption)
-    if not isinstance(caption, str) or not caption.strip():
-        item.error = f"caption ({columns.caption!r}) is missing or empty"
+    if not isinstance(caption, str) or not has_visible_text(caption):
+        item.error = f"caption ({columns.caption!r}) is missing or empty (no visible text)"
         return item
     item.caption = caption
     image = row.get(columns.image)
@@ -297,7 +299,11 @@ def to_item(index: int, row: dict, columns: Columns, needs_refs: bool) -> Item:
     if columns.references is not None:
         refs = row.get(columns.references)
         refs = [refs] if isinstance(refs, str) else refs
-        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
+        if (
+            not isinstance(refs, list)
+            or not refs
+            or not all(isinstance(r, str) and has_visible_text(r) for r in refs)
+        ):
             if needs_refs:
                 item.error = (
                     f"references ({columns.references!r}) must be a non-empty list of non-empty strings"

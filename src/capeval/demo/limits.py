@@ -22,7 +22,11 @@ class Limits:
     Attributes:
         max_file_size: largest upload Gradio accepts (its ``launch(max_file_size=...)``), in bytes.
         max_video_file_size: the same for the video demo (videos are bigger than images).
-        max_image_pixels: width x height of an uploaded image or frame, read from its header before decoding.
+        max_image_pixels: width x height of an uploaded image or frame, read from its header before decoding,
+            and of the image the model's preprocessing resizes it to (its shorter side to the model's input
+            size), so that neither the decoding nor the resize of one image handles more pixels.
+        max_request_pixels: pixels handled in one request, summed over the distinct images or sampled frames
+            it reads once each: decoded (or converted) plus resized.
         max_video_seconds: length of an uploaded video, read from its container.
         max_video_pixels: width x height of a video's frames.
         max_frames: frames per video given as images, and the largest ``num_frames`` option.
@@ -36,6 +40,7 @@ class Limits:
     max_file_size: int = 10 * 1024 * 1024
     max_video_file_size: int = 20 * 1024 * 1024
     max_image_pixels: int = 25_000_000
+    max_request_pixels: int = 400_000_000  # 16 frames at the per-image limit: tens of seconds on 2 cores
     max_video_seconds: float = 30.0
     max_video_pixels: int = 3840 * 2160
     max_frames: int = 32

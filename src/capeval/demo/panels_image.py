@@ -7,6 +7,8 @@ corpus score is their mean, as the metric computes it for a batch.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
 from capeval.clip.tokenization import PREFIX
@@ -14,7 +16,12 @@ from capeval.demo.choices import checkpoint_choices, model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
 from capeval.demo.panel import Panel, Scored, choice_dropdown
 from capeval.demo.render import Row
-from capeval.demo.uploads import UploadedImage, check_image_header, check_uploaded_file
+from capeval.demo.uploads import (
+    UploadedImage,
+    check_image_header,
+    check_resized,
+    check_uploaded_file,
+)
 from capeval.scores import W_CLIP_S, W_PAC_S
 
 _MAX_PREFIX_CHARS = 100
@@ -86,6 +93,11 @@ class ImagePanel(Panel):
             raise InputError("w must be between 0.1 and 10.")
         return str(path), cands, refs, float(w)
 
+    def _check_work(self, path: str, scorer) -> None:
+        """Refuse the image when its resize for the scorer's model would handle too many pixels."""
+        width, height = check_image_header(Path(path), self.limits)
+        check_resized(width, height, scorer.backbone.image_size, self.limits)
+
 
 class CLIPScorePanel(ImagePanel):
     metric = "clipscore"
@@ -104,7 +116,9 @@ class CLIPScorePanel(ImagePanel):
 
         path, cands, _, w = self._common(image, captions, None, prefix, w)
         spec = resolve(model_choices(), model, "model").spec
-        result = capeval.CLIPScore(model=spec, prefix=prefix, w=w)(cands, images=[path] * len(cands))
+        scorer = capeval.CLIPScore(model=spec, prefix=prefix, w=w)
+        self._check_work(path, scorer)
+        result = scorer(cands, images=[path] * len(cands))
         rows = [Row(c, s) for c, s in zip(cands, result["scores"], strict=True)]
         return Scored(rows=rows, corpus=result["clipscore"], result=result)
 
@@ -127,6 +141,7 @@ class RefCLIPScorePanel(ImagePanel):
         path, cands, refs, w = self._common(image, captions, references, prefix, w)
         spec = resolve(model_choices(), model, "model").spec
         scorer = capeval.RefCLIPScore(model=spec, prefix=prefix, w=w)
+        self._check_work(path, scorer)
         result = scorer(cands, [refs] * len(cands), images=[path] * len(cands))
         rows = [
             Row(c, s, {"CLIP-S": cs})
@@ -183,6 +198,7 @@ class PACScorePanel(ImagePanel):
             raise InputError(missing_checkpoint_help())
         spec = resolve(choices, checkpoint, "checkpoint").spec
         scorer = PACScore(checkpoint=spec, prefix=prefix, w=w)
+        self._check_work(path, scorer)
         n = len(cands)
         result = scorer(cands, [refs] * n if refs else None, images=[path] * n)
         if refs:

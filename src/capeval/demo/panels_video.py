@@ -7,6 +7,8 @@ the best caption with every sampled frame: the similarities EMScore's fine-grain
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 import numpy as np
 
@@ -18,8 +20,11 @@ from capeval.demo.uploads import (
     UploadedFrames,
     UploadedVideo,
     check_image_header,
+    check_request_pixels,
+    check_resized,
     check_uploaded_file,
     check_video_header,
+    video_frame_size,
 )
 
 DEMO_NUM_FRAMES = 16  # frames sampled by default in the demo (the library default is every frame)
@@ -141,6 +146,30 @@ class EMScorePanel(Panel):
             return paths
         return None
 
+    def _check_work(self, clip, num_frames: int, size: int) -> None:
+        """Refuse a request whose sampled frames, each read once, would handle too many pixels.
+
+        Frames given as images: each distinct sampled file, decoded and resized for the model's input ``size``.
+        A video: at most ``num_frames`` sampled frames, each converted and resized (its decoding is bounded by
+        ``max_video_seconds`` and ``max_video_pixels``).
+        """
+        from capeval.clip.video import sample_indices
+
+        if isinstance(clip, list):
+            total = 0
+            for j in sorted(set(sample_indices(len(clip), num_frames))):
+                what = f"frame {j + 1}"
+                width, height = check_image_header(Path(clip[j]), self.limits, what)
+                total += check_resized(width, height, size, self.limits, what)
+            check_request_pixels(total, self.limits, f"The {len(clip)} frames sampled {num_frames} times")
+        elif clip is not None:
+            width, height = video_frame_size(Path(clip))
+            if width and height:
+                per_frame = check_resized(width, height, size, self.limits, "video's frames")
+                check_request_pixels(
+                    per_frame * num_frames, self.limits, f"{num_frames} frames of this video"
+                )
+
     def score(
         self, video=None, frames=None, captions="", references="", model=None, num_frames=16, idf=True
     ) -> Scored:
@@ -157,6 +186,7 @@ class EMScorePanel(Panel):
             raise InputError(f"Frames per video must be between 1 and {self.limits.max_frames}.")
         spec = resolve(model_choices(), model, "model").spec
         scorer = EMScore(model=spec, num_frames=int(num_frames), idf=bool(idf))
+        self._check_work(clip, int(num_frames), scorer.backbone.image_size)
         n = len(cands)
         result = scorer(cands, [refs] * n if refs else None, videos=[clip] * n if clip is not None else None)
         details = result["details"][result["variant"]]

@@ -20,6 +20,7 @@ from gradio import utils as gr_utils
 from gradio_client import utils as client_utils
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.images import MAX_ASPECT_RATIO, resized_size
 from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
 
 
@@ -53,11 +54,66 @@ def check_uploaded_file(path: str | os.PathLike, max_bytes: int, what: str = "fi
     return resolved
 
 
-def check_image_header(path: Path, limits: Limits = DEFAULT_LIMITS, what: str = "image") -> tuple[int, int]:
-    """(width, height) read from the header only, refused above ``limits.max_image_pixels``.
+def _megapixels(n: int) -> str:
+    return f"{n / 1e6:,.1f} megapixels" if n >= 1_000_000 else f"{n:,} pixels"
+
+
+def check_aspect_ratio(width: int, height: int, what: str = "image") -> None:
+    """Refuse an image CLIP's preprocessing would stretch past capeval's ``MAX_ASPECT_RATIO``.
 
     Raises:
-        InputError: not an image, or too many pixels (a decompression bomb is refused before decoding).
+        InputError: its longer side is more than ``MAX_ASPECT_RATIO`` times its shorter side.
+    """
+    short, long = min(width, height), max(width, height)
+    if long > MAX_ASPECT_RATIO * short:
+        raise InputError(
+            f"The {what} is {width}x{height}, an aspect ratio of {long / short:,.0f}:1; this demo accepts at most "
+            f"{MAX_ASPECT_RATIO}:1 (the model scales the shorter side to its input size, so the longer side "
+            f"would grow {long / short:,.0f} times as large). Crop it first."
+        )
+
+
+def check_resized(
+    width: int, height: int, size: int, limits: Limits = DEFAULT_LIMITS, what: str = "image"
+) -> int:
+    """The pixels handled for one image read for a model of input ``size``: decoded plus resized.
+
+    Raises:
+        InputError: an aspect ratio past ``MAX_ASPECT_RATIO``, or a resized image (its shorter side scaled to
+            ``size``) above ``limits.max_image_pixels``.
+    """
+    check_aspect_ratio(width, height, what)
+    new_w, new_h = resized_size(width, height, size)
+    if new_w * new_h > limits.max_image_pixels:
+        raise InputError(
+            f"The {what} is {width}x{height}: the model resizes it to {new_w}x{new_h} "
+            f"({_megapixels(new_w * new_h)}) before cropping; this demo accepts at most "
+            f"{_megapixels(limits.max_image_pixels)} per image."
+        )
+    return width * height + new_w * new_h
+
+
+def check_request_pixels(pixels: int, limits: Limits = DEFAULT_LIMITS, what: str = "These frames") -> None:
+    """Refuse a request whose images or sampled frames add up to more than ``limits.max_request_pixels``.
+
+    Raises:
+        InputError: naming the pixels needed and the limit.
+    """
+    if pixels > limits.max_request_pixels:
+        raise InputError(
+            f"{what} need {_megapixels(pixels)} of decoding and resizing (each distinct frame once); this "
+            f"demo handles at most {_megapixels(limits.max_request_pixels)} per request: send fewer or smaller "
+            "frames, or sample fewer."
+        )
+
+
+def check_image_header(path: Path, limits: Limits = DEFAULT_LIMITS, what: str = "image") -> tuple[int, int]:
+    """(width, height) read from the header only, refused above ``limits.max_image_pixels`` or past the
+    aspect ratio capeval resizes (``check_aspect_ratio``).
+
+    Raises:
+        InputError: not an image, too many pixels (a decompression bomb is refused before decoding), or an
+            aspect ratio whose resize would be out of proportion to the file (a 1x25,000,000 strip).
     """
     try:
         with warnings.catch_warnings():
@@ -76,6 +132,7 @@ def check_image_header(path: Path, limits: Limits = DEFAULT_LIMITS, what: str = 
             f"The {what} is {width}x{height} ({width * height / 1e6:.1f} megapixels); this demo accepts at most "
             f"{limits.max_image_pixels / 1e6:.0f} megapixels."
         )
+    check_aspect_ratio(width, height, what)
     return width, height
 
 
@@ -116,7 +173,21 @@ def check_video_header(path: Path, limits: Limits = DEFAULT_LIMITS) -> float:
             f"The video is {width}x{height}; this demo accepts frames of at most "
             f"{limits.max_video_pixels / 1e6:.1f} megapixels."
         )
+    if width and height:
+        check_aspect_ratio(width, height, "video")
     return seconds
+
+
+def video_frame_size(path: Path) -> tuple[int, int]:
+    """(width, height) of a video's frames from its container (0, 0 when it does not say)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            codec = container.streams.video[0].codec_context
+            return int(codec.width or 0), int(codec.height or 0)
+    except (av.error.FFmpegError, OSError, ValueError, IndexError) as err:
+        raise InputError("The file is not a readable video.") from err
 
 
 # Gradio's component metaclass writes a typing stub (<module>.pyi) next to the source of every component

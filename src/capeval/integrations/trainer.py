@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from capeval.registry import METRIC_CLASSES, accepted_options, call_inputs, metric_class
+from capeval.validation import has_visible_text
 
 logger = logging.getLogger(__name__)
 UNSUPPORTED = {"emscore": "emscore scores videos; the Trainer hooks pair predictions with images"}
@@ -223,12 +224,12 @@ class CaptionMetrics:
             )
         self._check_alignment(labels)
         self.last_predictions = list(predictions)
-        empty = [i for i, p in enumerate(predictions) if not p]
+        empty = [i for i, p in enumerate(predictions) if not has_visible_text(p)]
         if empty and self.empty_predictions == "raise":
             raise ValueError(f"prediction {empty[0]} decoded to an empty caption ({len(empty)} empty in all)")
         if empty:
             logger.warning("%d of %d predictions decoded to empty captions: they score 0", len(empty), n)
-        keep = [i for i in range(n) if predictions[i]]
+        keep = sorted(set(range(n)) - set(empty))
         scale = len(keep) / n
         images = _column(self.eval_dataset, 0, n, self.image_column) if self.needs_images else None
         references = self._references(labels, n)
@@ -239,7 +240,7 @@ class CaptionMetrics:
             if "images" in takes:
                 kwargs["images"] = [images[i] for i in keep]
             if "references" in takes and references is not None:
-                bad = [i for i in keep if not references[i] or not all(r.strip() for r in references[i])]
+                bad = [i for i in keep if not references[i] or not all(map(has_visible_text, references[i]))]
                 if bad:
                     raise ValueError(
                         f"evaluation row {bad[0]} has an empty reference (decoded labels or "
