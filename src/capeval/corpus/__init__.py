@@ -1,7 +1,8 @@
 """Scoring corpora of any size: sources, resumable runs, the embedding cache, multi-process sharding.
 
-Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``embedding_cache`` (SQLite, keyed by
-content hash and model signature), ``run`` (``score_corpus``: resume, filtering), ``outputs`` (part files
+Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``items`` (rows checked into items),
+``embedding_cache`` (SQLite, keyed by content hash and model signature), ``cached_encoding`` (embeddings looked up
+there, the rest encoded in fixed batches), ``run`` (``score_corpus``: resume, filtering), ``outputs`` (part files
 written atomically, the merged outputs, the run's manifest), ``distributed`` (``score_distributed``: each
 process encodes its share under torchrun / accelerate) and ``cli`` (``capeval score --corpus``). Above the
 metrics and the CLIP engine; below the CLI and the integrations.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.sources import Item
+from capeval.corpus.items import Item
 
 FORMAT = 1  # in the manifest: a folder written in another layout is refused, not resumed
 

@@ -36,18 +36,11 @@ from typing import Any
 
 import torch
 
-from capeval.corpus.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
+from capeval.corpus.cached_encoding import CachedEncoder
+from capeval.corpus.embedding_cache import EmbeddingCache, hash_text
+from capeval.corpus.items import Columns, Item, to_item
 from capeval.corpus.outputs import FORMAT, atomic_write, check_manifest, merge_parts, part_path, write_part
-from capeval.corpus.sources import (
-    Columns,
-    DatasetSource,
-    ImageFolderSource,
-    Item,
-    JsonlSource,
-    Source,
-    open_source,
-    to_item,
-)
+from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
 
 __all__ = [
     "CorpusResult",
