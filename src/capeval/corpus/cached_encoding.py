@@ -3,6 +3,10 @@
 ``CachedEncoder`` serves corpus scoring: the distinct images and captions of a part are looked up in the
 ``EmbeddingCache``, and the missing ones encoded in batches cut independently of what was cached, each batch
 committed before the next starts, so a resumed run produces the same floats as an uninterrupted one.
+
+A damaged cache entry is deleted and its input encoded again (``EmbeddingCache.get_many`` warns, naming the
+cache file, the key and the image or caption); the run counts them in ``cache_entries_dropped``. The
+re-encoded items join the batches of that part's missing items: equal to an uninterrupted run up to float rounding.
 """
 
 from __future__ import annotations
@@ -33,6 +37,19 @@ class EncodeCounters:
     image_cache_hits: int = 0
     texts_encoded: int = 0
     text_cache_hits: int = 0
+    cache_entries_dropped: int = 0
+
+
+def _describe_image(image: Any) -> str:
+    if isinstance(image, (str, os.PathLike)):
+        return f"image {os.fspath(image)!r}"
+    if isinstance(image, dict) and image.get("path"):
+        return f"image {image['path']!r}"
+    return f"an in-memory image ({type(image).__name__})"
+
+
+def _describe_caption(text: str) -> str:
+    return f"caption {text[:60]!r}{'...' if len(text) > 60 else ''}"
 
 
 class CachedEncoder:
@@ -64,6 +81,12 @@ class CachedEncoder:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _lookup(self, ns: bytes, contents, allow_errors: bool, describe) -> dict:
+        before = self.cache.dropped
+        found = self.cache.get_many(ns, contents, self.backbone.embed_dim, allow_errors, describe)
+        self.counters.cache_entries_dropped += self.cache.dropped - before
+        return found
 
     def hash_images(self, images: Sequence) -> list[tuple[bytes | None, str | None]]:
         """``(content hash, None)`` per image, or ``(None, reason)`` for one that cannot be read."""
@@ -99,7 +122,7 @@ class CachedEncoder:
         first: dict[bytes, tuple[int, Any]] = {}
         for index, (content, image) in enumerate(items):
             first.setdefault(content, (index, image))
-        found = self.cache.get_many(self.ns_image, first)
+        found = self._lookup(self.ns_image, first, True, lambda c: _describe_image(first[c][1]))
         self.counters.image_cache_hits += len(found)
         missing = [c for c in first if c not in found]
         batches = [missing[s : s + self.batch_size] for s in range(0, len(missing), self.batch_size)]
@@ -138,7 +161,8 @@ class CachedEncoder:
         first: dict[bytes, str] = {}
         for t in texts:
             first.setdefault(hash_text(t), t)
-        found = self.cache.get_many(self.ns_text, first)
+        # A caption never fails to encode: a remembered error under a caption's key is damage.
+        found = self._lookup(self.ns_text, first, False, lambda c: _describe_caption(first[c]))
         self.counters.text_cache_hits += len(found)
         missing = [c for c in first if c not in found]
         for s in range(0, len(missing), self.batch_size):
