@@ -235,7 +235,7 @@ def score_corpus(
             for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
                 stale.unlink()  # half-written parts of a killed run (no other run can be writing: we hold the lock)
             check_manifest(output, manifest)
-        except ValueError as err:
+        except (ValueError, OSError) as err:  # every process raises, none waits for the main one
             error = err
             if lock is not None:
                 lock.release()
