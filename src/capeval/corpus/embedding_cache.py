@@ -12,17 +12,25 @@ another threshold or output folder, encodes nothing twice. Keys are ``blake2b(na
 SQLite in WAL mode commits each batch as one transaction: readers never see half a batch, several processes
 (sharded runs) can share one file, and an application crash never corrupts it. Inputs that cannot be
 decoded are remembered too (as an error message), so a rerun reports them without reading them again.
+
+Nothing read back is trusted blindly: an entry whose blob is not a finite, unit-length float32 vector of the
+model's dimension (a truncated or overwritten blob, NaN, infinity) is reported with its key in a warning that
+names the cache file, deleted, and encoded again; it never reaches a score. A file that is not SQLite, or an
+SQLite database that is not this cache (other tables, triggers, views), is refused with a ``CacheFileError`` that
+names it and says what to do; capeval never deletes or rebuilds a cache file itself, since one cache may be
+shared by many runs (``--cache``) and the path may name someone else's file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,43 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vec BLOB, error TEXT) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS namespaces (ns BLOB PRIMARY KEY, description TEXT) WITHOUT ROWID",
 )
+_COLUMNS = {"embeddings": ["key", "vec", "error"], "namespaces": ["ns", "description"]}
 _LOOKUP_CHUNK = 500  # SQLite's default limit on bound parameters is 999 on older builds
+# Stored embeddings are L2-normalised in float32 (clip.image_encoding, clip.text_encoding): their norms are 1
+# within ~1e-6, so a norm further than this from 1 is damage, not rounding.
+NORM_TOLERANCE = 1e-3
+_LISTED = 5  # damaged entries named one by one in a warning; the rest are counted
+
+
+class CacheFileError(ValueError):
+    """The embedding cache file cannot be used (not SQLite, damaged, not a capeval cache, locked too long)."""
+
+
+def blob_problem(vec: Any, error: Any, dim: int | None, allow_errors: bool = True) -> str | None:
+    """What is wrong with one stored entry, or None: a unit-length float32 vector of ``dim`` values, or an error.
+
+    Args:
+        vec: the stored blob.
+        error: the stored error message.
+        dim: the model's embedding dimension (None: any).
+        allow_errors: whether an error message may stand in for the embedding (images, not captions).
+    """
+    if error is not None:
+        if vec is not None or not isinstance(error, str) or not allow_errors:
+            return "an error entry where an embedding was expected"
+        return None
+    if not isinstance(vec, bytes):
+        return f"a {type(vec).__name__} where an embedding blob was expected"
+    if not vec or len(vec) % 4 or (dim is not None and len(vec) != 4 * dim):
+        expected = f"{4 * dim} (dimension {dim})" if dim is not None else "a non-zero multiple of 4"
+        return f"a blob of {len(vec)} bytes where {expected} were expected"
+    arr = np.frombuffer(vec, dtype=np.float32)
+    if not np.isfinite(arr).all():
+        return "NaN or infinity in the embedding"
+    norm = math.sqrt(float(np.dot(arr.astype(np.float64), arr.astype(np.float64))))
+    if abs(norm - 1.0) > NORM_TOLERANCE:
+        return f"norm {norm:.6g} where stored embeddings have norm 1"
+    return None
 
 
 def image_namespace(backbone: Backbone) -> str:
@@ -102,25 +146,73 @@ def content_hash(image: Any) -> bytes:
 
 
 class EmbeddingCache:
-    """Embeddings by (namespace, content hash), persisted in one SQLite file.
+    """L2-normalised embeddings by (namespace, content hash), persisted in one SQLite file.
 
     Args:
         path: the database file (created with its folder when missing).
         timeout: seconds to wait for another process holding the write lock.
+
+    Raises:
+        CacheFileError: ``path`` is not SQLite, is damaged, or is another program's database.
     """
 
     def __init__(self, path: str | os.PathLike, timeout: float = 120.0) -> None:
         self.path = Path(path)
+        self.timeout = timeout
+        self.dropped = 0  # damaged entries found, deleted and left to be encoded again
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-        # Switching to WAL needs an exclusive lock, and SQLite answers "locked" at once (no busy wait) when a
-        # sibling process opening the same file holds it: retry, as for the schema.
-        self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-        # NORMAL in WAL mode: a killed process never loses a committed batch (a power cut may lose the last).
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        for statement in _SCHEMA:
-            self._retry(lambda s=statement: self._db.execute(s))
+        try:
+            with self._guard():
+                # Read-only first: a file that is not this cache is refused before anything is written into it.
+                self._retry(self._check_schema)
+                # Switching to WAL needs an exclusive lock, and SQLite answers "locked" at once (no busy wait)
+                # when a sibling process opening the same file holds it: retry, as for the schema.
+                self._retry(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+                # NORMAL in WAL mode: a killed process never loses a committed batch (a power cut may lose the last).
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                for statement in _SCHEMA:
+                    self._retry(lambda s=statement: self._db.execute(s))
+        except BaseException:
+            self._db.close()
+            raise
         self._ns: dict[str, bytes] = {}
+
+    def _check_schema(self) -> None:
+        objects = self._db.execute("SELECT type, name FROM sqlite_master").fetchall()
+        foreign = [f"{kind} {name!r}" for kind, name in objects if kind != "table" or name not in _COLUMNS]
+        for kind, name in objects:
+            if kind == "table" and name in _COLUMNS:
+                columns = [row[1] for row in self._db.execute(f"PRAGMA table_info({name})")]
+                if columns != _COLUMNS[name]:
+                    foreign.append(f"table {name!r} with columns {columns}")
+        if foreign:
+            raise CacheFileError(
+                f"{self.path} is an SQLite database but not a capeval embedding cache (it holds "
+                f"{', '.join(sorted(foreign)[:_LISTED])}): capeval does not write into it; give another cache file "
+                "(cache=... / --cache)"
+            )
+
+    @contextmanager
+    def _guard(self):
+        """SQLite's errors as ``CacheFileError``s that name the file and say what to do."""
+        try:
+            yield
+        except sqlite3.OperationalError as err:
+            if "locked" in str(err) or "busy" in str(err):
+                raise CacheFileError(
+                    f"{self.path} stayed locked by another process for over {self.timeout:g} s ({err}): "
+                    "a run sharing this cache holds it; try again when it has finished"
+                ) from err
+            raise self._unusable(err) from err
+        except sqlite3.DatabaseError as err:
+            raise self._unusable(err) from err
+
+    def _unusable(self, err: Exception) -> CacheFileError:
+        return CacheFileError(
+            f"{self.path} is not a usable embedding cache ({err}): move it away or delete it to start a new "
+            "cache (what it held is encoded again), or give another cache file (cache=... / --cache)"
+        )
 
     def _retry(self, fn, attempts: int = 20):
         # WAL set-up and schema creation can meet a lock held by a sibling process starting at the same time.
@@ -138,9 +230,12 @@ class EmbeddingCache:
         ns = self._ns.get(description)
         if ns is None:
             ns = hashlib.blake2b(description.encode("utf-8"), digest_size=16).digest()
-            self._retry(
-                lambda: self._db.execute("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", (ns, description))
-            )
+            with self._guard():
+                self._retry(
+                    lambda: self._db.execute(
+                        "INSERT OR IGNORE INTO namespaces VALUES (?, ?)", (ns, description)
+                    )
+                )
             self._ns[description] = ns
         return ns
 
@@ -148,24 +243,76 @@ class EmbeddingCache:
     def key(ns: bytes, content: bytes) -> bytes:
         return hashlib.blake2b(ns + content, digest_size=16).digest()
 
-    def get_many(self, ns: bytes, contents: Iterable[bytes]) -> dict[bytes, torch.Tensor | str]:
-        """Stored entries among ``contents``: content hash -> (D,) float32 tensor, or the error message."""
+    def get_many(
+        self,
+        ns: bytes,
+        contents: Iterable[bytes],
+        dim: int | None = None,
+        allow_errors: bool = True,
+        describe: Callable[[bytes], str] | None = None,
+    ) -> dict[bytes, torch.Tensor | str]:
+        """Stored entries among ``contents``: content hash -> (D,) float32 tensor, or the error message.
+
+        A damaged entry (see ``blob_problem``) is left out, deleted from the file and counted in ``dropped``,
+        with a warning that names the cache file and each entry's key, so the caller encodes it again.
+
+        Args:
+            ns: the namespace.
+            contents: content hashes to look up.
+            dim: the model's embedding dimension; a blob of another length is damaged.
+            allow_errors: whether remembered errors are valid entries here (images: yes; captions: no).
+            describe: names the input of a content hash in the warning (an image path, a caption).
+        """
         by_key = {self.key(ns, c): c for c in contents}
         keys = list(by_key)
         found: dict[bytes, torch.Tensor | str] = {}
-        for start in range(0, len(keys), _LOOKUP_CHUNK):
-            chunk = keys[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT key, vec, error FROM embeddings WHERE key IN ({marks})", chunk
-            ).fetchall()
-            for key, vec, error in rows:
-                content = by_key[key]
-                if error is not None:
-                    found[content] = error
-                else:
-                    found[content] = torch.from_numpy(np.frombuffer(vec, dtype=np.float32).copy())
+        damaged: list[tuple[bytes, str]] = []
+        with self._guard():
+            for start in range(0, len(keys), _LOOKUP_CHUNK):
+                chunk = keys[start : start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, vec, error FROM embeddings WHERE key IN ({marks})", chunk
+                ).fetchall()
+                for key, vec, error in rows:
+                    content = by_key[key]
+                    problem = blob_problem(vec, error, dim, allow_errors)
+                    if problem is not None:
+                        damaged.append((key, problem))
+                    elif error is not None:
+                        found[content] = error
+                    else:
+                        found[content] = torch.from_numpy(np.frombuffer(vec, dtype=np.float32).copy())
+            if damaged:
+                self._drop(damaged, lambda key: describe(by_key[key]) if describe else None)
         return found
+
+    def _drop(self, damaged: list[tuple[bytes, str]], describe: Callable[[bytes], str | None]) -> None:
+        """Delete damaged entries (their inputs are encoded again) and say so, naming the file and the keys."""
+
+        def delete():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM embeddings WHERE key = ?", [(k,) for k, _ in damaged])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+        self._retry(delete)
+        self.dropped += len(damaged)
+        listed = []
+        for key, problem in damaged[:_LISTED]:
+            what = describe(key)
+            listed.append(f"key {key.hex()}{f' ({what})' if what else ''}: {problem}")
+        more = f"; and {len(damaged) - _LISTED} more" if len(damaged) > _LISTED else ""
+        n = len(damaged)
+        warnings.warn(
+            f"{self.path}: {n} damaged cache entr{'y' if n == 1 else 'ies'} deleted and encoded again "
+            f"({'; '.join(listed)}{more})",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def put_many(
         self,
@@ -174,10 +321,15 @@ class EmbeddingCache:
         embeddings: torch.Tensor | None = None,
         errors: Sequence[str] | None = None,
     ) -> None:
-        """Store one batch in one transaction: embeddings (N, D), or error messages for inputs that failed."""
+        """Store one batch in one transaction: embeddings (N, D), or error messages for inputs that failed.
+
+        An embedding that ``get_many`` would refuse (NaN or infinity from an overflowing model, a norm other than
+        1) is not stored: the input is encoded again next time instead of being dropped as damaged.
+        """
         if embeddings is not None:
             arr = embeddings.detach().float().cpu().numpy()
             rows = [(self.key(ns, c), arr[i].tobytes(), None) for i, c in enumerate(contents)]
+            rows = [row for row in rows if blob_problem(row[1], None, None) is None]
         else:
             rows = [(self.key(ns, c), None, e) for c, e in zip(contents, errors or (), strict=True)]
         if not rows:
@@ -192,11 +344,13 @@ class EmbeddingCache:
                 raise
             self._db.execute("COMMIT")
 
-        self._retry(write)
+        with self._guard():
+            self._retry(write)
 
     def count(self) -> int:
         """Entries stored, all namespaces together (embeddings and remembered errors)."""
-        return int(self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+        with self._guard():
+            return int(self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()
@@ -206,135 +360,3 @@ class EmbeddingCache:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- encoding through the cache --------------------------------------------------------------------------------
-@dataclass
-class EncodeCounters:
-    """What a run took from the cache and what it encoded (distinct items)."""
-
-    images_encoded: int = 0
-    image_cache_hits: int = 0
-    texts_encoded: int = 0
-    text_cache_hits: int = 0
-
-
-class CachedEncoder:
-    """Image and caption embeddings from the cache, else encoded in batches cut independently of the cache.
-
-    Items missing from the cache are encoded in batches of ``batch_size`` over their first-occurrence order,
-    and each batch is committed before the next starts. After a crash the missing items are a suffix of that
-    list, so a rerun cuts the same batches and produces the same floats as an uninterrupted run.
-
-    Args:
-        backbone: the model the embeddings come from.
-        prefix: prompt joined before captions (part of the caption namespace).
-        cache: where embeddings are stored.
-        batch_size: items per forward pass.
-        workers: threads hashing and decoding images.
-    """
-
-    def __init__(
-        self, backbone: Backbone, prefix: str | None, cache: EmbeddingCache, batch_size: int, workers: int
-    ):
-        self.backbone = backbone
-        self.prefix = prefix
-        self.cache = cache
-        self.batch_size = batch_size
-        self.pool = ThreadPoolExecutor(max_workers=workers)
-        self.counters = EncodeCounters()
-        self.ns_image = cache.namespace(image_namespace(backbone))
-        self.ns_text = cache.namespace(text_namespace(backbone, prefix))
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def hash_images(self, images: Sequence) -> list[tuple[bytes | None, str | None]]:
-        """``(content hash, None)`` per image, or ``(None, reason)`` for one that cannot be read."""
-
-        def one(image):
-            try:
-                return content_hash(image), None
-            except (OSError, ValueError, TypeError) as err:
-                if isinstance(image, (str, os.PathLike)):
-                    return (
-                        None,
-                        f"image {os.fspath(image)!r} cannot be read: {getattr(err, 'strerror', None) or err}",
-                    )
-                return None, str(err)
-
-        return list(self.pool.map(one, images))
-
-    def _prepare(self, image, index: int):
-        from capeval.clip.images import preprocess_image
-
-        try:
-            return preprocess_image(image, index, self.backbone.image_size), None
-        except (ValueError, TypeError, OSError) as err:
-            return None, str(err).replace(f"image {index}", "image", 1)
-
-    def image_vectors(self, items: Sequence[tuple[bytes, Any]]) -> dict[bytes, torch.Tensor | str]:
-        """Embeddings by content hash for ``(content hash, image)`` pairs; an undecodable image maps to its error.
-
-        Decoding failures are stored too: the same bytes fail the same way, and a rerun reports them unread.
-        """
-        from capeval.clip.image_encoding import encode_images
-
-        first: dict[bytes, tuple[int, Any]] = {}
-        for index, (content, image) in enumerate(items):
-            first.setdefault(content, (index, image))
-        found = self.cache.get_many(self.ns_image, first)
-        self.counters.image_cache_hits += len(found)
-        missing = [c for c in first if c not in found]
-        batches = [missing[s : s + self.batch_size] for s in range(0, len(missing), self.batch_size)]
-
-        def submit(batch):
-            return [self.pool.submit(self._prepare, first[c][1], first[c][0]) for c in batch]
-
-        ahead = submit(batches[0]) if batches else []
-        for k, batch in enumerate(batches):
-            # Decode the next batch while this one runs through the model.
-            current, ahead = ahead, (submit(batches[k + 1]) if k + 1 < len(batches) else [])
-            prepared = [f.result() for f in current]
-            good = [(c, arr) for c, (arr, err) in zip(batch, prepared, strict=True) if err is None]
-            bad = [(c, err) for c, (arr, err) in zip(batch, prepared, strict=True) if err is not None]
-            if good:
-                # The arrays are already CLIP-sized: encode_images' preprocessing leaves their pixels as they are.
-                emb = encode_images(
-                    self.backbone,
-                    [arr for _, arr in good],
-                    batch_size=len(good),
-                    num_workers=1,
-                    progress=False,
-                )
-                self.cache.put_many(self.ns_image, [c for c, _ in good], emb)
-                found.update({c: emb[i] for i, (c, _) in enumerate(good)})
-                self.counters.images_encoded += len(good)
-            if bad:
-                self.cache.put_many(self.ns_image, [c for c, _ in bad], errors=[e for _, e in bad])
-                found.update(dict(bad))
-        return found
-
-    def text_vectors(self, texts: Sequence[str]) -> dict[bytes, torch.Tensor]:
-        """Embeddings by ``hash_text(caption)`` (the prefix is joined when encoding)."""
-        from capeval.clip.text_encoding import encode_texts
-
-        first: dict[bytes, str] = {}
-        for t in texts:
-            first.setdefault(hash_text(t), t)
-        found = self.cache.get_many(self.ns_text, first)
-        self.counters.text_cache_hits += len(found)
-        missing = [c for c in first if c not in found]
-        for s in range(0, len(missing), self.batch_size):
-            batch = missing[s : s + self.batch_size]
-            emb = encode_texts(
-                self.backbone,
-                [first[c] for c in batch],
-                prefix=self.prefix,
-                batch_size=len(batch),
-                progress=False,
-            )
-            self.cache.put_many(self.ns_text, batch, emb)
-            found.update({c: emb[i] for i, c in enumerate(batch)})
-            self.counters.texts_encoded += len(batch)
-        return found

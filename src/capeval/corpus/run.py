@@ -5,13 +5,21 @@ of JSONL files, a folder of images with ``.txt`` captions, or a ``datasets`` dat
 ``save_to_disk``, or streaming) in parts of ``chunk_size`` rows, and writes:
 
 - ``parts/part-NNNNNNNN.jsonl``: each part's results, written atomically (temporary file + rename) when the
-  part is done: a part file exists complete or not at all. A rerun skips the parts that exist.
+  part is done: a part file exists complete or not at all. A rerun skips the parts that exist and pass
+  ``outputs.read_part``'s checks; a damaged one (garbage, empty, a row missing, a non-finite score, a header
+  that disagrees with the source) is scored again, with a warning naming the file and what was wrong.
 - ``embeddings.sqlite``: every image and caption embedding, committed batch by batch and keyed by content
   hash and model signature (``capeval.corpus.embedding_cache``): a run killed mid-part resumes from the last batch,
   and nothing is encoded twice, in this run or any later one sharing the cache.
 - ``scores.jsonl`` (one line per input row, in input order: ``index``, ``id``, the per-row scores, or
   ``error``), ``errors.jsonl``, ``kept.jsonl`` (rows whose score passes ``threshold``, with their fields) and
   ``summary.json``, all written atomically once every part exists.
+- ``run.json`` (the settings, ``outputs.check_manifest``) and ``run.lock``: one run per folder at a time
+  (``capeval.corpus.lock``); a second is refused with an error naming the folder.
+
+A source that yields no row is refused before anything is written (``sources.EmptySourceError``, saying what
+the path holds). A row whose score comes out NaN or infinite (a model that overflows) is an error row, never a
+number in the mean.
 
 Memory stays bounded by the part size whatever the corpus size: rows are read lazily, one part at a time,
 and the outputs are merged line by line. Under ``torchrun`` / ``accelerate launch`` each process takes the
@@ -27,8 +35,11 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import numbers
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,18 +47,22 @@ from typing import Any
 
 import torch
 
-from capeval.corpus.embedding_cache import CachedEncoder, EmbeddingCache, hash_text
-from capeval.corpus.outputs import FORMAT, atomic_write, check_manifest, merge_parts, part_path, write_part
-from capeval.corpus.sources import (
-    Columns,
-    DatasetSource,
-    ImageFolderSource,
-    Item,
-    JsonlSource,
-    Source,
-    open_source,
-    to_item,
+from capeval.corpus.cached_encoding import CachedEncoder
+from capeval.corpus.embedding_cache import EmbeddingCache, hash_text
+from capeval.corpus.items import Columns, Item, to_item
+from capeval.corpus.lock import OutputLock
+from capeval.corpus.outputs import (
+    FORMAT,
+    DamagedPartError,
+    atomic_write,
+    check_manifest,
+    check_part,
+    merge_parts,
+    part_path,
+    write_part,
 )
+from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
+from capeval.registry import build_scorer, call_inputs
 
 __all__ = [
     "CorpusResult",
@@ -70,6 +85,7 @@ class RunCounters:
     rows: int = 0
     parts: int = 0
     parts_skipped: int = 0
+    parts_rescored: int = 0  # damaged part files found and scored again
 
 
 def _per_row_fields(name: str, result: Mapping[str, Any], n: int) -> dict[str, list]:
@@ -94,19 +110,36 @@ def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) ->
     live = [it for it in live if it.error is None]
     if not live:
         return
-    texts = [it.caption for it in live] + [r for it in live for r in (it.references or [])]
+    takes_refs = "references" in call_inputs(scorer)  # CLIPScore ignores a references column
+    texts = [it.caption for it in live] + [r for it in live if takes_refs for r in (it.references or [])]
     vectors = encoder.text_vectors(texts)
     # The metric's own maths, fed the cached embeddings: its encoders are swapped for look-ups.
     clone = copy.copy(scorer)
     clone.image_embeddings = lambda imgs, embeds, n: torch.stack([images[c] for c in imgs])
     clone.text_embeddings = lambda txts: torch.stack([vectors[hash_text(t)] for t in txts])
-    kwargs: dict[str, Any] = {"images": [it.content for it in live]}
-    if any(it.references for it in live):
-        kwargs["references"] = [it.references for it in live]
-    result = clone([it.caption for it in live], **kwargs)
-    fields = _per_row_fields(name, result, len(live))
-    for k, it in enumerate(live):
-        it.row["__scores__"] = {f: values[k] for f, values in fields.items()}
+    # Rows with and without references in separate calls: PAC-S scores a row that has none (its RefPAC-S is
+    # absent, and the summary's score_counts say over how many rows each mean is taken).
+    groups = (
+        [[it for it in live if it.references], [it for it in live if not it.references]]
+        if takes_refs
+        else [live]
+    )
+    for group in groups:
+        if not group:
+            continue
+        kwargs: dict[str, Any] = {"images": [it.content for it in group]}
+        if takes_refs and group[0].references:
+            kwargs["references"] = [it.references for it in group]
+        result = clone([it.caption for it in group], **kwargs)
+        fields = _per_row_fields(name, result, len(group))
+        for k, it in enumerate(group):
+            scores = {f: values[k] for f, values in fields.items()}
+            bad = {f: v for f, v in scores.items() if not math.isfinite(v)}
+            if bad:
+                # NaN would poison the corpus mean and every comparison with the threshold.
+                it.error = f"the model gave a non-finite score ({bad}): its embeddings overflowed; try dtype='float32'"
+            else:
+                it.row["__scores__"] = scores
 
 
 @dataclass
@@ -163,12 +196,10 @@ def score_corpus(
     """
     from capeval import __version__
     from capeval.corpus.distributed import _raise_if_any_failed, process_state
-    from capeval.registry import build_scorer
 
     if metric not in IMAGE_METRICS:
         raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    _check_run_arguments(chunk_size, threshold, num_workers)
     if metric == "refclipscore" and references_column is None:
         raise ValueError("refclipscore needs references: name their column (references_column=...)")
     output = Path(output_dir)
@@ -178,7 +209,6 @@ def score_corpus(
         options["device"] = state.device  # one GPU per process
     options["progress"] = False
     scorer = build_scorer(metric, **options)
-    batch_size = scorer.batch_size
     src = open_source(source, image_column, split)
     columns = Columns(caption_column, image_column, references_column, id_column)
     needs_refs = metric == "refclipscore"
@@ -196,100 +226,121 @@ def score_corpus(
         "chunk_size": chunk_size,
     }
     error = None
+    lock = None
     if state.is_main_process:
-        for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
-            stale.unlink()  # half-written parts of a killed run
         try:
+            # The processes of one distributed run are one run: the main process holds the folder for all.
+            lock = OutputLock(output).acquire()
+            src.check_not_empty()  # before run.json: a corrected source must not meet "other settings"
+            for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
+                stale.unlink()  # half-written parts of a killed run (no other run can be writing: we hold the lock)
             check_manifest(output, manifest)
-        except ValueError as err:
+        except (ValueError, OSError) as err:  # every process raises, none waits for the main one
             error = err
+            if lock is not None:
+                lock.release()
     _raise_if_any_failed(error, state)
-    state.wait_for_everyone()
-
-    total = src.count() if state.is_main_process else None  # for the progress bar's ETA only
-    counters = RunCounters()
-    workers = num_workers or max(1, min(8, os.cpu_count() or 1))
-    store = EmbeddingCache(cache or output / "embeddings.sqlite")
-    encoder = CachedEncoder(scorer.backbone, scorer.prefix, store, batch_size, workers)
-    rank, world = state.process_index, state.num_processes
-
-    def mine(part: int) -> bool:
-        return part % world == rank and not part_path(output, part).is_file()
-
-    from tqdm.auto import tqdm
-
-    done_parts = len(list((output / "parts").glob("part-*.jsonl"))) if (output / "parts").is_dir() else 0
-    bar = (
-        tqdm(
-            total=total,
-            initial=min(total or 0, done_parts * chunk_size) if total else done_parts * chunk_size,
-            desc=f"{metric} ({world} process{'es' if world > 1 else ''})",
-            unit="row",
-            dynamic_ncols=True,
-            smoothing=0.05,
-            disable=(not progress) if progress is not None else None,
-        )
-        if state.is_main_process
-        else None
-    )
-    started = time.time()
     try:
-        for part, rows, count in src.parts(chunk_size, mine):
-            if rows is None:
-                if part % world == rank:
-                    counters.parts_skipped += 1
-                continue
-            items = [to_item(index, row, columns, needs_refs) for index, row in rows]
-            _score_part(scorer, encoder, items, metric)
-            write_part(output, part, part * chunk_size, count, count < chunk_size, items)
-            counters.parts += 1
-            counters.rows += count
-            if bar is not None:
-                finished = len(list((output / "parts").glob("part-*.jsonl")))
-                bar.n = min(total, finished * chunk_size) if total else finished * chunk_size
-                bar.refresh()
-    finally:
-        encoder.close()
-        store.close()
-        if bar is not None:
-            bar.close()
-    state.wait_for_everyone()
+        state.wait_for_everyone()
+        total = src.count() if state.is_main_process else None  # for the progress bar's ETA only
+        counters = RunCounters()
+        workers = num_workers or max(1, min(8, os.cpu_count() or 1))
+        store = EmbeddingCache(cache or output / "embeddings.sqlite")
+        encoder = CachedEncoder(scorer.backbone, scorer.prefix, store, scorer.batch_size, workers)
+        rank, world = state.process_index, state.num_processes
 
-    threshold_key = threshold_key or metric
-    summary = None
-    error = None
-    if state.is_main_process:
-        try:
-            merged = merge_parts(output, metric, threshold, threshold_key)
-            summary = {
-                "metric": metric,
-                "signature": manifest["signature"],
-                "corpus_score": merged["means"].get(metric),
-                **merged,
-                "threshold": threshold,
-                "threshold_key": threshold_key if threshold is not None else None,
-                "this_run": {
-                    **counters.__dict__,
-                    **encoder.counters.__dict__,
-                    "seconds": round(time.time() - started, 3),
-                    "processes": world,
-                },
-                "capeval": __version__,
-            }
-            atomic_write(output / "summary.json", lambda fh: fh.write(json.dumps(summary, indent=2) + "\n"))
-        except (RuntimeError, KeyError, ValueError) as err:
-            error = (
-                err
-                if not isinstance(err, KeyError)
-                else ValueError(f"threshold_key {threshold_key!r} is not a per-row score")
+        def mine(part: int, count: int) -> bool:
+            """Whether this process scores ``part``: one of its parts, not on disk or damaged there."""
+            if part % world != rank:
+                return False
+            path = part_path(output, part)
+            if not path.exists():
+                return True
+            try:
+                check_part(path, part, chunk_size, metric, count)
+            except DamagedPartError as err:
+                counters.parts_rescored += 1
+                warnings.warn(
+                    f"{err.path} is damaged ({err.problem}): scoring part {part} again", stacklevel=2
+                )
+                return True
+            return False
+
+        from tqdm.auto import tqdm
+
+        done_parts = len(list((output / "parts").glob("part-*.jsonl"))) if (output / "parts").is_dir() else 0
+        bar = (
+            tqdm(
+                total=total,
+                initial=min(total or 0, done_parts * chunk_size) if total else done_parts * chunk_size,
+                desc=f"{metric} ({world} process{'es' if world > 1 else ''})",
+                unit="row",
+                dynamic_ncols=True,
+                smoothing=0.05,
+                disable=(not progress) if progress is not None else None,
             )
-    _raise_if_any_failed(error, state)
-    if world > 1:
-        from accelerate.utils import broadcast_object_list
+            if state.is_main_process
+            else None
+        )
+        started = time.time()
+        try:
+            for part, rows, count in src.parts(chunk_size, mine):
+                if rows is None:
+                    if part % world == rank:
+                        counters.parts_skipped += 1
+                    continue
+                items = [to_item(index, row, columns, needs_refs) for index, row in rows]
+                _score_part(scorer, encoder, items, metric)
+                write_part(output, part, part * chunk_size, count, count < chunk_size, items)
+                counters.parts += 1
+                counters.rows += count
+                if bar is not None:
+                    finished = len(list((output / "parts").glob("part-*.jsonl")))
+                    bar.n = min(total, finished * chunk_size) if total else finished * chunk_size
+                    bar.refresh()
+        finally:
+            encoder.close()
+            store.close()
+            if bar is not None:
+                bar.close()
+        state.wait_for_everyone()
 
-        holder = [summary]
-        broadcast_object_list(holder)
-        summary = holder[0]
+        threshold_key = threshold_key or metric
+        summary = None
+        error = None
+        if state.is_main_process:
+            try:
+                merged = merge_parts(output, metric, threshold, threshold_key, chunk_size)
+                summary = {
+                    "metric": metric,
+                    "signature": manifest["signature"],
+                    "corpus_score": merged["means"].get(metric),
+                    **merged,
+                    "threshold": threshold,
+                    "threshold_key": threshold_key if threshold is not None else None,
+                    "this_run": {
+                        **counters.__dict__,
+                        **encoder.counters.__dict__,
+                        "seconds": round(time.time() - started, 3),
+                        "processes": world,
+                    },
+                    "capeval": __version__,
+                }
+                atomic_write(
+                    output / "summary.json", lambda fh: fh.write(json.dumps(summary, indent=2) + "\n")
+                )
+            except (ValueError, OSError) as err:  # every process raises, none waits in the broadcast
+                error = err
+        _raise_if_any_failed(error, state)
+        if world > 1:
+            from accelerate.utils import broadcast_object_list
+
+            holder = [summary]
+            broadcast_object_list(holder)
+            summary = holder[0]
+    finally:
+        if lock is not None:
+            lock.release()  # the OS releases it too if this process dies
     return CorpusResult(
         output_dir=output,
         scores=output / "scores.jsonl",
@@ -297,3 +348,20 @@ def score_corpus(
         kept=output / "kept.jsonl" if threshold is not None else None,
         summary=summary,
     )
+
+
+def _check_run_arguments(chunk_size: Any, threshold: Any, num_workers: Any) -> None:
+    """Refuse run settings that would crash late or filter silently wrong."""
+    for name, value in (("chunk_size", chunk_size), ("num_workers", num_workers)):
+        if value is None and name == "num_workers":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if threshold is not None:
+        if not isinstance(threshold, numbers.Real) or isinstance(threshold, bool):
+            raise TypeError(f"threshold must be a number, got {type(threshold).__name__} {threshold!r}")
+        if not math.isfinite(threshold):
+            # NaN keeps no row and says nothing; an infinity keeps none or all.
+            raise ValueError(f"threshold must be a finite number, got {threshold!r}")

@@ -1,8 +1,10 @@
 """Corpus rows, read lazily in a fixed order: JSONL files, image folders with captions, ``datasets`` datasets.
 
 A ``Source`` yields the rows of each part of ``chunk_size`` rows, parsing only the parts a process scores
-(the others are skipped line by line), and turns each row into an ``Item``: its caption, image, references,
-and a JSON-safe copy of its fields for ``kept.jsonl``, or the reason it cannot be scored.
+(the others are skipped line by line), which ``capeval.corpus.items`` turns into ``Item``s.
+
+A source that yields no row is an error that says what the path holds (``EmptySourceError``): a folder of
+WebDataset shards, say, is refused by name instead of "succeeding" with zero rows.
 """
 
 from __future__ import annotations
@@ -10,15 +12,27 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from capeval.validation import has_visible_text
-
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
+JSONL_EXTENSIONS = (".jsonl", ".ndjson")
+_END = object()  # what next() returns on a source without rows
+# What to do with files a corpus folder may hold but capeval does not read, by extension.
+_UNREAD_HINTS = {
+    ".tar": "WebDataset shards are not read by capeval score --corpus yet: extract them into a folder of images "
+    "with .txt captions, or in Python pass datasets.load_dataset('webdataset', data_files=..., streaming=True, "
+    "split='train') with image_column/caption_column set to the shards' keys (e.g. 'jpg', 'txt')",
+    ".parquet": "load Parquet files with datasets.load_dataset('parquet', data_files=...) and pass the dataset",
+    ".arrow": "a save_to_disk folder needs its dataset_info.json; else load the files with datasets and pass them",
+    ".csv": "load CSV files with datasets.load_dataset('csv', data_files=...) and pass the dataset",
+    ".json": "a .json file is read when given itself (one JSON object per line); a folder is searched for "
+    ".jsonl/.ndjson files only",
+}
+
+
+class EmptySourceError(ValueError):
+    """The corpus source holds no row; the message says what was found in its place."""
 
 
 class Source:
@@ -32,8 +46,8 @@ class Source:
     description: dict
     total: int | None = None
 
-    def iter_rows(self) -> Iterator[tuple[bool, Any]]:
-        """``(raw, row)`` pairs; ``raw`` rows are parsed by ``parse`` only when their part is wanted."""
+    def iter_rows(self) -> Iterator[Any]:
+        """Raw rows, in order; each is parsed by ``parse`` only when its part is wanted."""
         raise NotImplementedError
 
     def parse(self, raw: Any, index: int) -> dict:
@@ -43,17 +57,47 @@ class Source:
         """Rows in the source, when it can tell (for the progress bar's ETA)."""
         return self.total
 
-    def parts(self, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list | None, int]]:
-        part, start, count, rows = 0, 0, 0, [] if wanted(0) else None
+    def empty_message(self) -> str:
+        """Why the source yields no row: what its path holds instead."""
+        return f"the corpus source {self.description} holds no rows"
+
+    def check_not_empty(self) -> None:
+        """Read up to the first row, before a run writes anything.
+
+        Raises:
+            EmptySourceError: the source yields no row (the message says what was found).
+        """
+        if next(iter(self.iter_rows()), _END) is _END:
+            raise EmptySourceError(self.empty_message())
+
+    def parts(
+        self, chunk_size: int, wanted: Callable[[int, int], bool]
+    ) -> Iterator[tuple[int, list | None, int]]:
+        """``(part, rows, count)`` for every part; ``wanted(part, count)`` decides once the part's size is known.
+
+        The raw rows of one part are held until then (no more than a scored part holds), so a caller can tell a
+        finished part from one whose file disagrees with the source.
+
+        Raises:
+            EmptySourceError: the source yields no row at all.
+        """
+        part, raws = 0, []
         for raw in self.iter_rows():
-            if rows is not None:
-                rows.append((start + count, self.parse(raw, start + count)))
-            count += 1
-            if count == chunk_size:
-                yield part, rows, count
-                part, start, count = part + 1, start + chunk_size, 0
-                rows = [] if wanted(part) else None
-        yield part, rows, count
+            raws.append(raw)
+            if len(raws) == chunk_size:
+                yield part, self._parsed(part, chunk_size, raws, wanted), chunk_size
+                part, raws = part + 1, []
+        if part == 0 and not raws:
+            raise EmptySourceError(self.empty_message())
+        yield part, self._parsed(part, chunk_size, raws, wanted), len(raws)
+
+    def _parsed(
+        self, part: int, chunk_size: int, raws: list, wanted: Callable[[int, int], bool]
+    ) -> list | None:
+        if not wanted(part, len(raws)):
+            return None
+        start = part * chunk_size
+        return [(start + k, self.parse(raw, start + k)) for k, raw in enumerate(raws)]
 
 
 class JsonlSource(Source):
@@ -61,7 +105,7 @@ class JsonlSource(Source):
 
     def __init__(self, files: Sequence[Path]) -> None:
         if not files:
-            raise ValueError("no .jsonl file to read")
+            raise EmptySourceError("no .jsonl file to read")
         self.files = [Path(f) for f in files]
         self.description = {
             "kind": "jsonl",
@@ -75,6 +119,16 @@ class JsonlSource(Source):
             with open(f, "rb") as fh:
                 n += sum(1 for line in fh if line.strip())
         return n
+
+    def empty_message(self) -> str:
+        sizes = ", ".join(f"{f} ({f.stat().st_size} bytes)" for f in self.files[:5])
+        more = f" and {len(self.files) - 5} more" if len(self.files) > 5 else ""
+        what = (
+            "is empty or holds only blank lines"
+            if len(self.files) == 1
+            else "are empty or hold only blank lines"
+        )
+        return f"no rows to score: {sizes}{more} {what} (a corpus file holds one JSON object per line)"
 
     def iter_rows(self):
         for f in self.files:
@@ -119,6 +173,9 @@ class ImageFolderSource(Source):
     def iter_rows(self):
         return _sorted_walk(self.folder)
 
+    def empty_message(self) -> str:
+        return folder_contents_message(self.folder)
+
     def parse(self, path: Path, index: int) -> dict:
         row: dict[str, Any] = {"id": str(path.relative_to(self.folder).with_suffix("")), "image": str(path)}
         text = path.with_suffix(".txt")
@@ -162,22 +219,34 @@ class DatasetSource(Source):
     def iter_rows(self):
         return iter(self.dataset)
 
+    def empty_message(self) -> str:
+        d = self.description
+        name = f"{d['name']!r} " if d["name"] else ""
+        return f"no rows to score: the dataset {name}(split {d['split']}, fingerprint {d['fingerprint']}) is empty"
+
+    def check_not_empty(self) -> None:
+        if self.random_access:
+            if len(self.dataset) == 0:
+                raise EmptySourceError(self.empty_message())
+            return
+        super().check_not_empty()  # a streaming dataset: read up to its first row
+
     def parts(self, chunk_size, wanted):
         if not self.random_access:
             yield from super().parts(chunk_size, wanted)
             return
         n = len(self.dataset)
+        if n == 0:
+            raise EmptySourceError(self.empty_message())
         part = 0
         while True:
             start = part * chunk_size
             stop = min(n, start + chunk_size)
             count = max(0, stop - start)
             rows = None
-            if wanted(part) and count:
-                block = self.dataset[start:stop]
+            if wanted(part, count):  # once: it checks the part's file on disk
+                block = self.dataset[start:stop] if count else {}
                 rows = [(start + k, {c: block[c][k] for c in block}) for k in range(count)]
-            elif wanted(part):
-                rows = []
             yield part, rows, count
             if count < chunk_size:
                 return
@@ -212,7 +281,7 @@ def open_source(source: Any, image_column: str = "image", split: str | None = No
             import datasets
 
             return open_source(datasets.load_from_disk(str(path)), image_column, split)
-        jsonl = sorted(p for p in path.iterdir() if p.suffix.lower() in (".jsonl", ".ndjson"))
+        jsonl = sorted(p for p in path.iterdir() if p.suffix.lower() in JSONL_EXTENSIONS)
         if jsonl:
             return JsonlSource(jsonl)
         return ImageFolderSource(path)
@@ -225,92 +294,25 @@ def open_source(source: Any, image_column: str = "image", split: str | None = No
     raise ValueError(f"corpus source not found: {path}")
 
 
-# -- rows to items ------------------------------------------------------------------------------------
-_DROP = object()
-
-
-def _json_safe(value: Any) -> Any:
-    """Row fields as JSON: image bytes and decoded pictures are replaced by their path, or left out."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        if set(value) == {"bytes", "path"}:  # a datasets Image value
-            return value["path"] if value["path"] else _DROP
-        safe = {k: _json_safe(v) for k, v in value.items()}
-        return {k: v for k, v in safe.items() if v is not _DROP}
-    if isinstance(value, (list, tuple)):
-        return [v for v in (_json_safe(x) for x in value) if v is not _DROP]
-    if isinstance(value, np.generic):
-        return value.item()
-    return _DROP
-
-
-def _resolve_image(value: Any, base: str | None) -> Any:
-    if isinstance(value, str) and base and not os.path.isabs(os.path.expanduser(value)):
-        return os.path.join(base, value)
-    if isinstance(value, dict) and value.get("bytes") is None and value.get("path") and base:
-        if not os.path.isabs(value["path"]):
-            return {"bytes": None, "path": os.path.join(base, value["path"])}
-    return value
-
-
-@dataclass
-class Columns:
-    """The row fields scoring reads."""
-
-    caption: str
-    image: str
-    references: str | None
-    id: str | None
-
-
-@dataclass
-class Item:
-    """One row ready to score (``error`` is None), or the reason it cannot be; ``row`` is its JSON-safe fields."""
-
-    index: int
-    id: Any
-    caption: str | None = None
-    image: Any = None
-    references: list[str] | None = None
-    error: str | None = None
-    content: bytes | None = None
-    row: dict | None = None
-
-
-def to_item(index: int, row: dict, columns: Columns, needs_refs: bool) -> Item:
-    """Check a row and pick its fields; a problem is recorded on the item, never raised."""
-    base = row.pop("__base__", None)
-    item = Item(index=index, id=row.get(columns.id) if columns.id else None)
-    item.row = _json_safe({k: v for k, v in row.items() if k != "__error__"})
-    if "__error__" in row:
-        item.error = row["__error__"]
-        return item
-    caption = row.get(columns.caption)
-    if not isinstance(caption, str) or not has_visible_text(caption):
-        item.error = f"caption ({columns.caption!r}) is missing or empty (no visible text)"
-        return item
-    item.caption = caption
-    image = row.get(columns.image)
-    if image is None:
-        item.error = f"no image ({columns.image!r})"
-        return item
-    item.image = _resolve_image(image, base)
-    if columns.references is not None:
-        refs = row.get(columns.references)
-        refs = [refs] if isinstance(refs, str) else refs
-        if (
-            not isinstance(refs, list)
-            or not refs
-            or not all(isinstance(r, str) and has_visible_text(r) for r in refs)
-        ):
-            if needs_refs:
-                item.error = (
-                    f"references ({columns.references!r}) must be a non-empty list of non-empty strings"
-                )
-                return item
-        else:
-            item.references = list(refs)
-    elif needs_refs:
-        item.error = "this metric needs references: give references_column"
-    return item
+def folder_contents_message(folder: Path) -> str:
+    """What a folder that yields no row holds: its files counted by extension, with what to do about them."""
+    counts: dict[str, int] = {}
+    for _, _, names in os.walk(folder):
+        for name in names:
+            ext = Path(name).suffix.lower() or "(no extension)"
+            counts[ext] = counts.get(ext, 0) + 1
+    total = sum(counts.values())
+    if not total:
+        return (
+            f"no rows to score: {folder} holds no file (give a .jsonl file, a folder of them, or a folder of "
+            "images with .txt captions)"
+        )
+    found = ", ".join(
+        f"{n} *{ext}" if ext.startswith(".") else f"{n} {ext}"
+        for ext, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
+    )
+    hints = "".join(f"; *{ext}: {_UNREAD_HINTS[ext]}" for ext in sorted(counts) if ext in _UNREAD_HINTS)
+    return (
+        f"no rows to score in {folder}: found {total} file{'s' if total != 1 else ''} ({found}), none of them "
+        f".jsonl/.ndjson or an image ({', '.join(IMAGE_EXTENSIONS)}) with a .txt caption{hints}"
+    )
