@@ -254,7 +254,7 @@ def test_every_metric_refuses_an_invisible_prediction_or_reference(tiny_clip_dir
 
 
 def test_a_corpus_row_with_an_invisible_caption_is_reported_not_scored():
-    from capeval.corpus.sources import Columns, to_item
+    from capeval.corpus.items import Columns, to_item
 
     columns = Columns(caption="caption", image="image", references="refs", id=None)
     item = to_item(0, {"caption": "\u200b\u200b", "image": "x.png"}, columns, needs_refs=False)
