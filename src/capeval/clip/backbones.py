@@ -224,6 +224,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
     if getattr(config, "model_type", None) != "clip":
         raise ValueError(f"model {model!r} has model_type {config.model_type!r}; capeval needs a CLIP model")
+    hub = source != str(folder)
+    if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
+        _check_tokenizer_files(folder, model, hub)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -242,6 +245,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    _check_tokenizer(tokenizer, config, folder, model, hub)
     weights_tag = None
     if checkpoint is not None:
         from capeval.clip.checkpoints.load import load_checkpoint_into
@@ -262,6 +266,27 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         image_std=std,
         context_length=int(config.text_config.max_position_embeddings),
         weights=weights_tag,
+    )
+
+
+def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:
+    """Refuse a model folder (or Hub snapshot) without a CLIP tokenizer's files."""
+    from capeval.clip.tokenizer_check import missing_tokenizer_files, tokenizer_files_refusal
+
+    missing = missing_tokenizer_files(folder)
+    if missing:
+        raise tokenizer_files_refusal(
+            f"model {model!r}" if hub else f"model folder {folder}", folder, missing, hub
+        )
+
+
+def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool) -> None:
+    """Refuse a model without a working CLIP tokenizer (missing files load one that scores every caption 0)."""
+    from capeval.clip.tokenizer_check import check_clip_tokenizer
+
+    _check_tokenizer_files(folder, model, hub)
+    check_clip_tokenizer(
+        tokenizer, config.text_config, f"model {model!r}" if hub else f"model folder {folder}"
     )
 
 
