@@ -266,3 +266,75 @@ def test_model_folder_with_a_pickled_weights_file_runs_nothing(tmp_path, tiny_cl
     ):
         load_backbone(str(folder), device="cpu")
     _assert_nothing_ran(marker)
+
+
+# --- Item 5: NaN and inf inside weight and vectors files ---
+
+
+def _item5_model_copy(tiny_clip_dir: Path, tmp_path: Path, name: str, edit) -> Path:
+    """The tiny CLIP folder with its safetensors weights changed by ``edit(state_dict)``."""
+    from safetensors.torch import load_file, save_file
+
+    from capeval.clip.backbones import clear_cache as clear_backbones
+
+    folder = tmp_path / name
+    shutil.copytree(tiny_clip_dir, folder)
+    sd = load_file(folder / "model.safetensors")
+    edit(sd)
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    clear_backbones()
+    return folder
+
+
+def _item5_poison(sd: dict) -> None:
+    sd["text_projection.weight"][0, 0] = float("nan")
+    sd["vision_model.post_layernorm.bias"][:] = float("inf")
+
+
+def test_model_folder_with_nan_and_inf_weights_is_refused_naming_the_tensors(tiny_clip_dir, tmp_path):
+    import capeval
+
+    folder = _item5_model_copy(tiny_clip_dir, tmp_path, "nan-model", _item5_poison)
+    with pytest.raises(ValueError, match=r"nan-model holds NaN or inf in 2 tensor\(s\): ") as err:
+        capeval.CLIPScore(model=str(folder), device="cpu")
+    assert "vision_model.post_layernorm.bias (32 of 32 values)" in str(err.value)
+    assert "text_projection.weight (1 of 512 values)" in str(err.value)
+
+
+def test_pacs_checkpoint_file_with_inf_is_refused_naming_file_and_tensor(tiny_clip_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from capeval.clip.backbones import clear_cache as clear_backbones
+    from capeval.clip.backbones import load_backbone
+
+    sd = load_file(tiny_clip_dir / "model.safetensors")
+    sd["visual_projection.weight"][3] = float("-inf")
+    torch.save({"state_dict": sd}, tmp_path / "pacs.pth")
+    clear_backbones()
+    with pytest.raises(ValueError, match=r"pacs\.pth' holds NaN or inf in 1 tensor\(s\): visual_projection\.weight "
+                       r"\(32 of 512 values\)"):  # fmt: skip
+        load_backbone(str(tiny_clip_dir), device="cpu", checkpoint=str(tmp_path / "pacs.pth"))
+
+
+def test_converted_pacs_folder_with_nan_is_refused(tiny_clip_dir, tmp_path):
+    import capeval
+
+    folder = _item5_model_copy(tiny_clip_dir, tmp_path, "converted", _item5_poison)
+    with pytest.raises(ValueError, match=r"converted holds NaN or inf .*text_projection\.weight"):
+        capeval.PACScore(checkpoint=str(folder), device="cpu")
+
+
+def test_weights_that_overflow_float16_are_refused_and_bfloat16_still_loads(tiny_clip_dir, tmp_path):
+    import capeval
+
+    def big(sd: dict) -> None:
+        sd["text_projection.weight"][0, 0] = 1e6  # float16's largest finite value is 65504
+
+    folder = _item5_model_copy(tiny_clip_dir, tmp_path, "big-weight", big)
+    with pytest.raises(ValueError, match=r"1 tensor\(s\) hold values too large for float16, which become inf: "
+                       r"text_projection\.weight \(1 of 512 values\)"):  # fmt: skip
+        capeval.CLIPScore(model=str(folder), device="cpu", dtype="float16")
+    scores = capeval.CLIPScore(model=str(folder), device="cpu", dtype="bfloat16")(
+        ["a dog"], image_embeds=np.ones((1, 16))
+    )["scores"]
+    assert np.isfinite(scores).all()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.files import weights_sha256
+from capeval.clip.checkpoints.files import check_finite, weights_sha256
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
 OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
@@ -246,6 +246,8 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if bars:
             hf_logging.enable_progress_bar()
     _check_tokenizer(tokenizer, config, folder, model, hub)
+    where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
+    check_finite(clip.state_dict().items(), where)
     weights_tag = None
     if checkpoint is not None:
         from capeval.clip.checkpoints.load import load_checkpoint_into
@@ -253,6 +255,10 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         weights_tag = load_checkpoint_into(clip, checkpoint)
     clip.eval().requires_grad_(False)
     clip.to(device=dev, dtype=dt)
+    if dt != torch.float32:
+        # float16 tops out at 65504: a larger weight becomes inf in the cast.
+        what = where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
+        check_finite(clip.state_dict().items(), what, cast_to=dt)
     size, mean, std = _image_constants(folder, config, None if source == str(folder) else model)
     return Backbone(
         model=clip,
