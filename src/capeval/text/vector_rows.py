@@ -60,6 +60,23 @@ def _scan(matrix, rows_of: str, where: str, label) -> np.ndarray:
     return np.concatenate(zero) if zero else np.zeros(0, dtype=np.int64)
 
 
+def _check_shape(kv, where: str) -> None:
+    """The matrix has one row of ``vector_size`` values per word, and every word's index is one of its rows."""
+    vectors, words, index = kv.vectors, kv.index_to_key, kv.key_to_index
+    shape = tuple(np.shape(vectors))
+    problems = []
+    if len(shape) != 2 or shape[0] != len(words) or shape[1] != int(kv.vector_size):
+        problems.append(f"a matrix of shape {shape} for {len(words):,} words of {kv.vector_size} dimensions")
+    if len(index) != len(words):
+        problems.append(f"{len(index):,} indexed words for {len(words):,} listed ones")
+    elif index:
+        rows = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        if rows.min() < 0 or rows.max() >= len(words):
+            problems.append(f"word indices from {rows.min()} to {rows.max()} for {len(words):,} rows")
+    if problems:
+        raise ValueError(f"vectors {where}: inconsistent vectors: {'; '.join(problems)}")
+
+
 def check_vector_rows(kv, where: str) -> frozenset[str]:
     """Refuse NaN/inf rows of a gensim ``KeyedVectors``; return the words whose vector is all zeros.
 
@@ -76,6 +93,7 @@ def check_vector_rows(kv, where: str) -> frozenset[str]:
         ValueError: naming the words (or n-gram buckets) and rows that hold NaN or inf.
     """
     words = kv.index_to_key
+    _check_shape(kv, where)
 
     def word(row: int) -> str:
         return repr(words[row]) if row < len(words) else f"<row {row}>"
