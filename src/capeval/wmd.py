@@ -20,7 +20,7 @@ from capeval.signature import build_signature
 from capeval.text.documents import prepare
 from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
-from capeval.text.transport import WMDResult, best_reference_wmd
+from capeval.text.transport import MAX_DOCUMENT_WORDS, WMDResult, best_reference_wmd
 from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
 from capeval.text.vectors import WordVectors, load_vectors
 from capeval.validation import check_predictions, check_references, warn_empty
@@ -107,6 +107,7 @@ class WMD:
         docs = prepared.documents
         cand_doc = prepared.doc[: len(predictions)]
         ref_doc = prepared.doc[len(predictions) :]
+        _check_document_sizes(docs.sizes, cand_doc, ref_doc, references)
         result = best_reference_wmd(
             docs, cand_doc, ref_doc, owner, prune=self.prune, num_workers=self.num_workers
         )
@@ -127,3 +128,29 @@ class WMD:
             "distances": distances.tolist(),
             "signature": self.signature,
         }
+
+
+def _check_document_sizes(sizes: np.ndarray, cand_doc: np.ndarray, ref_doc: np.ndarray, references) -> None:
+    """Refuse a caption with more distinct in-vocabulary words than ``MAX_DOCUMENT_WORDS`` (see transport)."""
+    big = np.flatnonzero(sizes > MAX_DOCUMENT_WORDS)
+    if not len(big):
+        return
+    why = (
+        f"WMD compares captions of at most {MAX_DOCUMENT_WORDS:,} distinct in-vocabulary words: the cost of a "
+        "pair grows with the product of both sides' words (two 5,000-word texts need 3.2 GB). Split the text "
+        "into captions, or score long texts with another metric"
+    )
+    over = np.flatnonzero(np.isin(cand_doc, big))
+    if len(over):
+        i = int(over[0])
+        raise ValueError(
+            f"prediction {i} has {int(sizes[cand_doc[i]]):,} distinct in-vocabulary words ({len(over)} "
+            f"prediction(s) over the limit); {why}"
+        )
+    k = int(np.flatnonzero(np.isin(ref_doc, big))[0])
+    lengths = np.cumsum([len(r) for r in references])
+    i = int(np.searchsorted(lengths, k, side="right"))
+    j = k - (int(lengths[i - 1]) if i else 0)
+    raise ValueError(
+        f"reference {j} of item {i} has {int(sizes[ref_doc[k]]):,} distinct in-vocabulary words; {why}"
+    )
