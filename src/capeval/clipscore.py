@@ -6,6 +6,8 @@ module, the CLI, the Spaces and the Trainer hooks are thin layers over these two
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,7 +19,14 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
 from capeval.clip.tokenization import PREFIX
-from capeval.scores import W_CLIP_S, best_reference_cosine, clip_s, ref_clip_s
+from capeval.scores import (
+    NEAR_ZERO_DENOMINATOR,
+    W_CLIP_S,
+    best_reference_cosine,
+    clip_s,
+    near_zero_denominators,
+    ref_clip_s,
+)
 from capeval.signature import build_signature
 from capeval.validation import check_predictions, check_references, check_same_length
 
@@ -126,6 +135,14 @@ class CLIPScore:
         return {self.name: float(per.mean()), "scores": per.tolist(), "signature": self.signature}
 
 
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` in the caller that points at the first frame outside capeval."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("capeval."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class RefCLIPScore(CLIPScore):
     """RefCLIP-S: harmonic mean of CLIP-S and the best-reference cosine (Hessel et al. 2021, eq. 2).
 
@@ -142,6 +159,30 @@ class RefCLIPScore(CLIPScore):
 
     def signature_options(self) -> dict[str, object]:
         return {**super().signature_options(), "clip_reference_cosine": self.clip_reference_cosine}
+
+    def _warn_near_zero_denominators(self, image_side, text_side, per) -> None:
+        """Warn, naming the items, where the harmonic mean's terms nearly cancel (the authors' formula, kept)."""
+        items = near_zero_denominators(image_side, text_side).tolist()
+        if not items:
+            return
+        ref, plain = ("RefPAC-S", "PAC-S") if self.name == "pacscore" else ("RefCLIP-S", "CLIP-S")
+        shown = "; ".join(
+            f"item {i}: {plain} {float(image_side[i]):.4g}, best-reference cosine {float(text_side[i]):.4g}, "
+            f"{ref} {float(per[i]):.4g}"
+            for i in items[:5]
+        )
+        more = f" (and {len(items) - 5} more: items {items[5:25]})" if len(items) > 5 else ""
+        fix = (
+            "; clip_reference_cosine=True gives the paper's formula (eq. 2), which clips the cosine at 0"
+            if self.name == "refclipscore"
+            else ""
+        )
+        warnings.warn(
+            f"{ref}: {plain} + best-reference cosine is near zero for {len(items)} item(s) (|sum| < "
+            f"{NEAR_ZERO_DENOMINATOR:g} x (|{plain}| + |cosine|)), where the authors' harmonic mean 2ab/(a+b) "
+            f"leaves the range of its terms: {shown}{more}{fix}",
+            stacklevel=_user_stacklevel(),
+        )
 
     def __call__(
         self,
@@ -173,6 +214,8 @@ class RefCLIPScore(CLIPScore):
         clip_per = clip_s(image_emb, cand_emb, w=self.w)
         best = best_reference_cosine(cand_emb, ref_emb, owner, len(predictions))
         per = ref_clip_s(clip_per, best, clip_reference_cosine=self.clip_reference_cosine)
+        text_side = best.clamp(min=0) if self.clip_reference_cosine else best
+        self._warn_near_zero_denominators(clip_per, text_side, per)
         return {
             self.name: float(per.mean()),
             "scores": per.tolist(),

@@ -70,6 +70,25 @@ def harmonic_mean(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(denom == 0, torch.zeros_like(denom), 2 * a * b / safe)
 
 
+# |a + b| below this share of |a| + |b| counts as near zero: there 2ab / (a + b) exceeds ten times the harmonic
+# mean of |a| and |b| (|2ab / (a + b)| >= 2|a||b| / (0.1 (|a| + |b|))), far outside either term's range. Only terms
+# of opposite signs come near it: a negative best-reference cosine against a positive CLIP-S.
+NEAR_ZERO_DENOMINATOR = 0.1
+
+
+def near_zero_denominators(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Indices where the harmonic mean's denominator a + b is near zero relative to the terms.
+
+    That is ``|a + b| < NEAR_ZERO_DENOMINATOR * (|a| + |b|)``; both terms 0 (scored 0) is not.
+
+    Returns:
+        torch.Tensor: (K,) long, increasing.
+    """
+    a, b = a.float(), b.float()
+    scale = a.abs() + b.abs()
+    return torch.nonzero((scale > 0) & ((a + b).abs() < NEAR_ZERO_DENOMINATOR * scale)).flatten()
+
+
 def ref_clip_s(
     clip_scores: torch.Tensor, best_ref_cos: torch.Tensor, clip_reference_cosine: bool = False
 ) -> torch.Tensor:

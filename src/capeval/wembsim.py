@@ -17,6 +17,7 @@ from capeval.signature import build_signature
 from capeval.text.documents import mean_embeddings, prepare
 from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
+from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
 from capeval.text.vectors import WordVectors, load_vectors
 from capeval.validation import check_predictions, check_references, warn_empty
 
@@ -32,6 +33,9 @@ class WEmbSim:
         reduction: ``"mean"`` over references (the paper), ``"max"`` or ``"min"``.
         stopwords: ``"coco"`` (default, the NLTK-derived list of the COCO toolkit), ``"none"`` or a set.
         normalize_vectors: average unit-length word vectors instead of raw ones.
+
+    Words whose vector is all zeros are out of vocabulary (with a warning): they have no direction, only rescale
+    a raw mean (no cosine changes) and are 0/0 normalised.
         tokenizer: ``"ptb"`` or a callable caption -> tokens.
     """
 
@@ -51,11 +55,12 @@ class WEmbSim:
         self.reduction = reduction
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
         self.normalize_vectors = bool(normalize_vectors)
+        warn_zero_rows(self.vectors.tag, self.vectors.zero_words, self.name)
         self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
 
     def signature_options(self) -> dict[str, object]:
         return {
-            "vectors": self.vectors.tag,
+            "vectors": self.vectors.tag + zero_rows_field(self.vectors.zero_words),
             "normalize_vectors": self.normalize_vectors,
             "stopwords": self.stopwords_label,
             "tokenizer": self.tokenizer_label,
@@ -81,7 +86,12 @@ class WEmbSim:
         lengths = [len(r) for r in references]
         owner = np.repeat(np.arange(len(predictions)), lengths)
         prepared = prepare(
-            predictions + flat_refs, self.vectors, self.stopwords, self.tokenizer, self.normalize_vectors
+            predictions + flat_refs,
+            self.vectors,
+            self.stopwords,
+            self.tokenizer,
+            self.normalize_vectors,
+            exclude=self.vectors.zero_words,
         )
         docs = prepared.documents
         cand_doc = prepared.doc[: len(predictions)]

@@ -20,7 +20,8 @@ from capeval.signature import build_signature
 from capeval.text.documents import prepare
 from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
-from capeval.text.transport import WMDResult, best_reference_wmd
+from capeval.text.transport import MAX_DOCUMENT_WORDS, WMDResult, best_reference_wmd
+from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
 from capeval.text.vectors import WordVectors, load_vectors
 from capeval.validation import check_predictions, check_references, warn_empty
 
@@ -35,7 +36,8 @@ class WMD:
             ``fse/word2vec-google-news-300``, the toolkit's vectors) or loaded vectors; see ``load_vectors``.
         sigma: scale of the distance in the score (1 in the toolkit).
         normalize_vectors: unit-length word vectors (gensim 4's ``wmdistance`` default); ``False`` keeps the
-            raw vectors, as gensim 3 did for the toolkit.
+            raw vectors, as gensim 3 did for the toolkit. Normalised, words whose vector is all zeros (no
+            direction: gensim 4 gives NaN) are out of vocabulary, with a warning; raw, they stay at the origin.
         stopwords: ``"coco"`` (the toolkit's list), ``"none"`` or a set of words.
         tokenizer: ``"ptb"`` (the toolkit's tokenisation without Java) or a callable caption -> tokens.
         prune: skip references whose lower bound shows they cannot be the best (never changes a score).
@@ -59,6 +61,9 @@ class WMD:
         self.vectors: WordVectors = load_vectors(vectors)
         self.sigma = float(sigma)
         self.normalize_vectors = bool(normalize_vectors)
+        # A zero vector has no direction: normalised, it would be 0/0 (see capeval.text.vector_rows).
+        self.excluded = self.vectors.zero_words if self.normalize_vectors else frozenset()
+        warn_zero_rows(self.vectors.tag, self.excluded, self.name)
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
         self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
         self.prune = bool(prune)
@@ -67,7 +72,7 @@ class WMD:
 
     def signature_options(self) -> dict[str, object]:
         return {
-            "vectors": self.vectors.tag,
+            "vectors": self.vectors.tag + zero_rows_field(self.excluded),
             "normalize_vectors": self.normalize_vectors,
             "sigma": self.sigma,
             "stopwords": self.stopwords_label,
@@ -92,11 +97,17 @@ class WMD:
         flat_refs = [r for refs in references for r in refs]
         owner = np.repeat(np.arange(len(predictions)), [len(r) for r in references])
         prepared = prepare(
-            predictions + flat_refs, self.vectors, self.stopwords, self.tokenizer, self.normalize_vectors
+            predictions + flat_refs,
+            self.vectors,
+            self.stopwords,
+            self.tokenizer,
+            self.normalize_vectors,
+            exclude=self.excluded,
         )
         docs = prepared.documents
         cand_doc = prepared.doc[: len(predictions)]
         ref_doc = prepared.doc[len(predictions) :]
+        _check_document_sizes(docs.sizes, cand_doc, ref_doc, references)
         result = best_reference_wmd(
             docs, cand_doc, ref_doc, owner, prune=self.prune, num_workers=self.num_workers
         )
@@ -117,3 +128,29 @@ class WMD:
             "distances": distances.tolist(),
             "signature": self.signature,
         }
+
+
+def _check_document_sizes(sizes: np.ndarray, cand_doc: np.ndarray, ref_doc: np.ndarray, references) -> None:
+    """Refuse a caption with more distinct in-vocabulary words than ``MAX_DOCUMENT_WORDS`` (see transport)."""
+    big = np.flatnonzero(sizes > MAX_DOCUMENT_WORDS)
+    if not len(big):
+        return
+    why = (
+        f"WMD compares captions of at most {MAX_DOCUMENT_WORDS:,} distinct in-vocabulary words: the cost of a "
+        "pair grows with the product of both sides' words (two 5,000-word texts need 3.2 GB). Split the text "
+        "into captions, or score long texts with another metric"
+    )
+    over = np.flatnonzero(np.isin(cand_doc, big))
+    if len(over):
+        i = int(over[0])
+        raise ValueError(
+            f"prediction {i} has {int(sizes[cand_doc[i]]):,} distinct in-vocabulary words ({len(over)} "
+            f"prediction(s) over the limit); {why}"
+        )
+    k = int(np.flatnonzero(np.isin(ref_doc, big))[0])
+    lengths = np.cumsum([len(r) for r in references])
+    i = int(np.searchsorted(lengths, k, side="right"))
+    j = k - (int(lengths[i - 1]) if i else 0)
+    raise ValueError(
+        f"reference {j} of item {i} has {int(sizes[ref_doc[k]]):,} distinct in-vocabulary words; {why}"
+    )

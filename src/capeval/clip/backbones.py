@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.files import weights_sha256
+from capeval.clip.checkpoints.files import check_finite, weights_sha256
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
 OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
@@ -224,6 +224,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
     if getattr(config, "model_type", None) != "clip":
         raise ValueError(f"model {model!r} has model_type {config.model_type!r}; capeval needs a CLIP model")
+    hub = source != str(folder)
+    if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
+        _check_tokenizer_files(folder, model, hub)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -242,6 +245,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    _check_tokenizer(tokenizer, config, folder, model, hub)
+    where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
+    check_finite(clip.state_dict().items(), where)
     weights_tag = None
     if checkpoint is not None:
         from capeval.clip.checkpoints.load import load_checkpoint_into
@@ -249,6 +255,10 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         weights_tag = load_checkpoint_into(clip, checkpoint)
     clip.eval().requires_grad_(False)
     clip.to(device=dev, dtype=dt)
+    if dt != torch.float32:
+        # float16 tops out at 65504: a larger weight becomes inf in the cast.
+        what = where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
+        check_finite(clip.state_dict().items(), what, cast_to=dt)
     size, mean, std = _image_constants(folder, config, None if source == str(folder) else model)
     return Backbone(
         model=clip,
@@ -262,6 +272,27 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         image_std=std,
         context_length=int(config.text_config.max_position_embeddings),
         weights=weights_tag,
+    )
+
+
+def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:
+    """Refuse a model folder (or Hub snapshot) without a CLIP tokenizer's files."""
+    from capeval.clip.tokenizer_check import missing_tokenizer_files, tokenizer_files_refusal
+
+    missing = missing_tokenizer_files(folder)
+    if missing:
+        raise tokenizer_files_refusal(
+            f"model {model!r}" if hub else f"model folder {folder}", folder, missing, hub
+        )
+
+
+def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool) -> None:
+    """Refuse a model without a working CLIP tokenizer (missing files load one that scores every caption 0)."""
+    from capeval.clip.tokenizer_check import check_clip_tokenizer
+
+    _check_tokenizer_files(folder, model, hub)
+    check_clip_tokenizer(
+        tokenizer, config.text_config, f"model {model!r}" if hub else f"model folder {folder}"
     )
 
 

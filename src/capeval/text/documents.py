@@ -60,6 +60,7 @@ def prepare(
     stopwords: frozenset[str],
     tokenizer: Callable[[str], list[str]],
     normalize: bool = False,
+    exclude: frozenset[str] = frozenset(),
 ) -> PreparedTexts:
     """Tokenise, drop stopwords and out-of-vocabulary words, and embed the batch vocabulary once.
 
@@ -69,6 +70,7 @@ def prepare(
         stopwords: words removed after tokenisation.
         tokenizer: caption -> tokens (punctuation already removed), e.g. ``coco_tokens``.
         normalize: unit-length word vectors (gensim 4's default) instead of raw ones (gensim 3's).
+        exclude: words treated as out of vocabulary although the vectors hold them (all-zero rows).
     """
     kv = vectors.keyed_vectors
     text_index: dict[str, int] = {}
@@ -79,6 +81,12 @@ def prepare(
     oov: list[list[str]] = []
     per_text: list[tuple[int, list[str]]] = []
     contains = kv.__contains__
+    if exclude:
+        known = contains
+
+        def contains(word: str) -> bool:
+            return word not in exclude and known(word)
+
     for i, text in enumerate(texts):
         j = text_index.get(text)
         if j is not None:

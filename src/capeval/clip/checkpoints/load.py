@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from capeval.clip.checkpoints.files import read_model_folder, read_state_dict
+from capeval.clip.checkpoints.files import check_finite, read_model_folder, read_state_dict
 from capeval.clip.checkpoints.layout import (
     ClipGeometry,
     check_architecture,
@@ -33,6 +33,7 @@ def missing_checkpoint_help() -> str:
 def checkpoint_tensors(resolved: ResolvedCheckpoint, config) -> dict[str, torch.Tensor]:
     """A resolved checkpoint's tensors in transformers names, checked against ``config``'s architecture."""
     what = f"checkpoint {resolved.spec!r}"
+    where = what if str(resolved.path) == resolved.spec else f"{what} ({resolved.path})"
     if resolved.kind == "model_folder":
         from transformers import CLIPConfig
 
@@ -45,8 +46,11 @@ def checkpoint_tensors(resolved: ResolvedCheckpoint, config) -> dict[str, torch.
                     diffs.append(f"{tower}.{name} {a} vs {b}")
         if diffs:
             raise ValueError(f"{what} has another architecture than the model (checkpoint vs model): {diffs}")
-        return read_model_folder(resolved.path)
+        sd = read_model_folder(resolved.path)
+        check_finite(sd.items(), where)
+        return sd
     sd = read_state_dict(resolved.path)
+    check_finite(sd.items(), where)
     check_architecture(sd, config, what)
     return dict(sd) if is_transformers_layout(sd) else convert_openai_state_dict(sd)
 
