@@ -19,7 +19,13 @@ from capeval.clip.text_encoding import encode_texts
 from capeval.clip.tokenization import PREFIX
 from capeval.scores import W_CLIP_S, best_reference_cosine, clip_s, ref_clip_s
 from capeval.signature import build_signature
-from capeval.validation import check_predictions, check_references, check_same_length
+from capeval.validation import (
+    check_options,
+    check_predictions,
+    check_references,
+    check_same_length,
+    check_signature_text,
+)
 
 
 def as_embeddings(embeds, n: int, dim: int, name: str) -> torch.Tensor:
@@ -49,10 +55,15 @@ class CLIPScore:
         device: ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         batch_size: encoder batch size (halved automatically on GPU out-of-memory).
-        prefix: prompt joined before every caption, as the authors' code does.
-        w: rescaling weight.
-        num_workers: threads reading images ahead of the model.
+        prefix: prompt joined before every caption, as the authors' code does (no ``|``: it goes into the
+            signature).
+        w: rescaling weight, a finite number > 0.
+        num_workers: threads reading images ahead of the model (``None``: chosen by device).
         progress: progress bars (``None``: only for long runs on a terminal).
+
+    Raises:
+        TypeError, ValueError: an option of the wrong type or out of range, named (``validation.check_options``),
+            before the model is loaded.
     """
 
     name = "clipscore"
@@ -69,16 +80,19 @@ class CLIPScore:
         progress: bool | None = None,
         checkpoint: str | None = None,
     ) -> None:
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a string, got {type(prefix).__name__}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        # Every option is checked before the model loads: a bad one costs nothing.
+        options = check_options(
+            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
+            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+        )  # fmt: skip
         self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
-        self.batch_size = int(batch_size)
-        self.prefix = prefix
-        self.w = float(w)
-        self.num_workers = num_workers
-        self.progress = progress
+        # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
+        check_signature_text("model", self.backbone.name)
+        self.batch_size = options["batch_size"]
+        self.prefix = options["prefix"]
+        self.w = options["w"]
+        self.num_workers = options["num_workers"]
+        self.progress = options["progress"]
 
     def signature_options(self) -> dict[str, object]:
         options: dict[str, object] = {"model": self.backbone.name}
@@ -137,6 +151,7 @@ class RefCLIPScore(CLIPScore):
     name = "refclipscore"
 
     def __init__(self, *args, clip_reference_cosine: bool = False, **kwargs) -> None:
+        check_options(clip_reference_cosine=clip_reference_cosine)
         super().__init__(*args, **kwargs)
         self.clip_reference_cosine = bool(clip_reference_cosine)
 
