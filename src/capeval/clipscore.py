@@ -29,13 +29,30 @@ from capeval.validation import (
 
 
 def as_embeddings(embeds, n: int, dim: int, name: str) -> torch.Tensor:
-    """Precomputed embeddings (N, D) as an L2-normalised float32 tensor, checked against the model."""
+    """Precomputed embeddings (N, D) as an L2-normalised float32 tensor, checked against the model.
+
+    Raises:
+        TypeError: not a tensor, array or list of rows of real numbers (a row that is a string, text in a row,
+            complex or boolean values).
+        ValueError: a shape other than (N, D), or a row holding NaN or inf.
+    """
+    if isinstance(embeds, (list, tuple)):
+        for i, row in enumerate(embeds):
+            if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
+                raise TypeError(f"{name} row {i} is {type(row).__name__}, expected a list of {dim} numbers")
+        try:
+            # No dtype here: numpy would quietly read the text "0.5" as a number.
+            embeds = np.asarray(embeds)
+        except (ValueError, TypeError) as err:
+            raise TypeError(f"{name} must be a (N, D) array of numbers: {err}") from None
     if isinstance(embeds, np.ndarray):
+        if not (np.issubdtype(embeds.dtype, np.floating) or np.issubdtype(embeds.dtype, np.integer)):
+            raise TypeError(f"{name} must be a (N, D) array of real numbers, got dtype {embeds.dtype}")
         embeds = torch.from_numpy(np.asarray(embeds, dtype=np.float32))
-    elif isinstance(embeds, (list, tuple)):
-        embeds = torch.as_tensor(np.asarray(embeds, dtype=np.float32))
     if not isinstance(embeds, torch.Tensor):
         raise TypeError(f"{name} must be a (N, D) tensor or array, got {type(embeds).__name__}")
+    if embeds.is_complex() or embeds.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got a {embeds.dtype} tensor")
     embeds = embeds.detach().float().cpu()
     if embeds.ndim != 2 or embeds.shape != (n, dim):
         raise ValueError(
