@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.clip.images import image_key, load_image, resize_and_crop
+from capeval.clip.images import image_key, load_image, not_a_regular_file, resize_and_crop, tensor_pixels
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
 
@@ -87,9 +87,12 @@ def video_key(video: VideoInput, index: int) -> tuple:
             st = path.stat()
         except OSError as err:
             raise ValueError(f"video {index}{_describe(video)}: cannot read it: {err.strerror}") from err
+        refusal = not_a_regular_file(st, os.fspath(video), index, kind="video")
+        if refusal is not None:
+            raise refusal
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
     if isinstance(video, torch.Tensor):
-        video = video.detach().cpu().numpy()
+        video = tensor_pixels(video)
     if isinstance(video, np.ndarray):
         if video.ndim != 4:
             raise ValueError(
