@@ -148,6 +148,13 @@ def _locate(model: str) -> tuple[Path, str]:
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise ValueError(f"model folder {local} has no config.json: not a transformers model folder")
+        for entry in local.iterdir():
+            # A pipe among the files would block its reader forever, a device never end: refused unread.
+            if entry.exists() and not (entry.is_file() or entry.is_dir()):
+                raise ValueError(
+                    f"model folder {local}: {entry.name} is not a regular file (a device, pipe or socket); "
+                    "refused unread"
+                )
         return local.resolve(), weights_sha256(local)
     if _looks_like_path(model) or local.exists():
         raise ValueError(f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')")
