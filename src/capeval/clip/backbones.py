@@ -260,6 +260,11 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if source == model and not Path(model).exists():
             raise OSError(_offline_help(model)) from err
         raise
+    except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
+        refusal = _damaged_weights(folder, err)
+        if refusal is None:
+            raise
+        raise refusal from err
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -295,7 +300,37 @@ def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
         refusal = unpickling_refusal(path, err, hint)
         if str(refusal).startswith("refused"):
             return refusal
-    return ValueError(f"model folder {folder}: its weights could not be read with weights_only=True ({err})")
+    names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"
+    first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ValueError(
+        f"model folder {folder}: {names} could not be read with weights_only=True: truncated, corrupt or not "
+        f"a PyTorch weights file ({first_line})"
+    )
+
+
+def _damaged_weights(folder: Path, err: Exception) -> ValueError | None:
+    """A ValueError naming the damaged weights file of a model folder, when ``err`` comes from reading one;
+    ``None`` for any other error (which is raised as it is).
+
+    safetensors raises its own ``SafetensorError`` and torch a ``RuntimeError`` for a cut zip archive: neither
+    names the file, and a folder can hold several.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    if isinstance(err, SafetensorError):
+        for path in sorted(folder.glob("*.safetensors")):
+            try:
+                with safe_open(str(path), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as probe:
+                return ValueError(
+                    f"{path} is truncated or corrupt: not a readable safetensors file ({probe})"
+                )
+        return ValueError(f"model folder {folder}: its safetensors weights could not be read ({err})")
+    if isinstance(err, RuntimeError) and "PytorchStreamReader" in str(err):
+        names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"
+        return ValueError(f"model folder {folder}: {names} is truncated or corrupt ({err})")
+    return None
 
 
 def clear_cache() -> None:
