@@ -262,6 +262,20 @@ def test_a_bad_option_is_refused_by_name_before_the_model_loads(options, error, 
         capeval.RefCLIPScore(model=str(tmp_path / "no-such-model"), **options)
 
 
+def test_numpy_scalars_are_accepted_as_options(tiny_clip_dir):
+    scorer = capeval.RefCLIPScore(
+        model=str(tiny_clip_dir), device="cpu", batch_size=np.int64(2), w=np.float32(2.5), progress=np.False_,
+        clip_reference_cosine=np.True_,
+    )  # fmt: skip
+    assert (scorer.batch_size, scorer.w, scorer.progress, scorer.clip_reference_cosine) == (
+        2,
+        2.5,
+        False,
+        True,
+    )
+    assert type(scorer.batch_size) is int and type(scorer.w) is float
+
+
 def test_a_model_path_holding_the_signature_separator_is_refused_before_loading(tmp_path):
     with pytest.raises(ValueError, match=r"model '.*a\|b' contains '\|', the separator of result signatures"):
         capeval.CLIPScore(model=str(tmp_path / "a|b"))

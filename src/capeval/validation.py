@@ -13,6 +13,8 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
+import numpy as np
+
 
 def _is_sequence(x) -> bool:
     return isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray))
@@ -178,7 +180,7 @@ def check_flag(name: str, value, optional: bool = False) -> bool | None:
     """
     if value is None and optional:
         return None
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     expected = "True, False or None" if optional else "True or False"
     raise TypeError(f"{name} must be {expected}, got {_shown(value)}")
@@ -253,7 +255,6 @@ _OPTION_RULES: dict[str, Callable] = {
     "normalize_vectors": lambda v: check_flag("normalize_vectors", v),
     "prune": lambda v: check_flag("prune", v),
 }
-SHARED_OPTIONS = frozenset(_OPTION_RULES)
 
 
 def check_options(**options) -> dict:
