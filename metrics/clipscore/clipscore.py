@@ -64,7 +64,7 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class CLIPScore(evaluate.Metric):
+class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",

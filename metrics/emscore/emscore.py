@@ -83,7 +83,11 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class EMScore(evaluate.Metric):
+class EMScore(capeval.GuardedMetric, evaluate.Metric):
+    # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
+    # empty list per prediction (evaluate stores every declared input).
+    references_input = "optional"
+
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",
@@ -101,25 +105,6 @@ class EMScore(evaluate.Metric):
             codebase_urls=["https://github.com/ShiYaya/emscore"],
             reference_urls=["https://arxiv.org/abs/2111.08919"],
         )
-
-    # evaluate requires every declared feature; a missing `references` means "none" (empty lists).
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """evaluate's ``compute``; ``references`` may be omitted (scored against the videos only)."""
-        if references is None and predictions is not None:
-            references = [[] for _ in predictions]
-        return super().compute(predictions=predictions, references=references, **kwargs)
-
-    def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """evaluate's ``add_batch``; ``references`` may be omitted."""
-        if references is None and predictions is not None:
-            references = [[] for _ in predictions]
-        return super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction=None, reference=None, **kwargs):
-        """evaluate's ``add``; ``reference`` may be omitted."""
-        if reference is None and prediction is not None:
-            reference = []
-        return super().add(prediction=prediction, reference=reference, **kwargs)
 
     def _compute(
         self,

@@ -84,13 +84,12 @@ Examples:
 """
 
 
-def _no_references(predictions):
-    # evaluate stores every declared input; "no references" travels as one empty list per prediction.
-    return None if predictions is None else [[] for _ in predictions]
-
-
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class PACScore(evaluate.Metric):
+class PACScore(capeval.GuardedMetric, evaluate.Metric):
+    # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
+    # empty list per prediction (evaluate stores every declared input).
+    references_input = "optional"
+
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",
@@ -107,24 +106,6 @@ class PACScore(evaluate.Metric):
             codebase_urls=["https://github.com/aimagelab/pacscore"],
             reference_urls=["https://arxiv.org/abs/2303.12112"],
         )
-
-    def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Add a batch of predictions, with or without their references."""
-        if references is None:
-            references = _no_references(predictions)
-        return super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction=None, reference=None, **kwargs):
-        """Add one prediction, with or without its references."""
-        if reference is None and prediction is not None:
-            reference = []
-        return super().add(prediction=prediction, reference=reference, **kwargs)
-
-    def compute(self, *, predictions=None, references=None, **kwargs):
-        """PAC-S of the predictions, and RefPAC-S when references are given."""
-        if references is None and predictions is not None:
-            references = _no_references(predictions)
-        return super().compute(predictions=predictions, references=references, **kwargs)
 
     def _compute(
         self,

@@ -70,7 +70,9 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class WMD(evaluate.Metric):
+class WMD(capeval.GuardedMetric, evaluate.Metric):
+    references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
+
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",

@@ -38,6 +38,7 @@ _PUBLIC = {
     "encode_videos": "capeval.clip.frame_encoding",
     "load": "capeval.integrations.evaluate_modules",
     "module_path": "capeval.integrations.evaluate_modules",
+    "GuardedMetric": "capeval.integrations.evaluate_inputs",
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",

@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     from capeval import __version__
     from capeval.clip.backbones import DEFAULT_MODEL
     from capeval.clip.batching import BATCH_SIZE
+    from capeval.validation import check_count, check_positive_number, cli_type
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
@@ -182,11 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", default=None, help="cpu, cuda, cuda:1, ... (default: first GPU if any, else CPU)"
     )
     score.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    score.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    score.add_argument("--batch-size", type=cli_type("batch_size", int, check_count), default=BATCH_SIZE)
     score.add_argument(
         "--prefix", default=None, help='prompt before each caption (default "A photo depicts")'
     )
-    score.add_argument("--w", type=float, default=None, help="rescaling weight (default 2.5)")
+    score.add_argument(
+        "--w",
+        type=cli_type("w", float, check_positive_number),
+        default=None,
+        help="rescaling weight, a finite number > 0 (default 2.5; PAC-S 2.0)",
+    )
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
     from capeval.corpus.cli import add_corpus_arguments
 

@@ -28,17 +28,40 @@ from capeval.scores import (
     ref_clip_s,
 )
 from capeval.signature import build_signature
-from capeval.validation import check_predictions, check_references, check_same_length
+from capeval.validation import (
+    check_options,
+    check_predictions,
+    check_references,
+    check_same_length,
+    check_signature_text,
+)
 
 
 def as_embeddings(embeds, n: int, dim: int, name: str) -> torch.Tensor:
-    """Precomputed embeddings (N, D) as an L2-normalised float32 tensor, checked against the model."""
+    """Precomputed embeddings (N, D) as an L2-normalised float32 tensor, checked against the model.
+
+    Raises:
+        TypeError: not a tensor, array or list of rows of real numbers (a row that is a string, text in a row,
+            complex or boolean values).
+        ValueError: a shape other than (N, D), or a row holding NaN or inf.
+    """
+    if isinstance(embeds, (list, tuple)):
+        for i, row in enumerate(embeds):
+            if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
+                raise TypeError(f"{name} row {i} is {type(row).__name__}, expected a list of {dim} numbers")
+        try:
+            # No dtype here: numpy would quietly read the text "0.5" as a number.
+            embeds = np.asarray(embeds)
+        except (ValueError, TypeError) as err:
+            raise TypeError(f"{name} must be a (N, D) array of numbers: {err}") from None
     if isinstance(embeds, np.ndarray):
+        if not (np.issubdtype(embeds.dtype, np.floating) or np.issubdtype(embeds.dtype, np.integer)):
+            raise TypeError(f"{name} must be a (N, D) array of real numbers, got dtype {embeds.dtype}")
         embeds = torch.from_numpy(np.asarray(embeds, dtype=np.float32))
-    elif isinstance(embeds, (list, tuple)):
-        embeds = torch.as_tensor(np.asarray(embeds, dtype=np.float32))
     if not isinstance(embeds, torch.Tensor):
         raise TypeError(f"{name} must be a (N, D) tensor or array, got {type(embeds).__name__}")
+    if embeds.is_complex() or embeds.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got a {embeds.dtype} tensor")
     embeds = embeds.detach().float().cpu()
     if embeds.ndim != 2 or embeds.shape != (n, dim):
         raise ValueError(
@@ -58,10 +81,15 @@ class CLIPScore:
         device: ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         batch_size: encoder batch size (halved automatically on GPU out-of-memory).
-        prefix: prompt joined before every caption, as the authors' code does.
-        w: rescaling weight.
-        num_workers: threads reading images ahead of the model.
+        prefix: prompt joined before every caption, as the authors' code does (no ``|``: it goes into the
+            signature).
+        w: rescaling weight, a finite number > 0.
+        num_workers: threads reading images ahead of the model (``None``: chosen by device).
         progress: progress bars (``None``: only for long runs on a terminal).
+
+    Raises:
+        TypeError, ValueError: an option of the wrong type or out of range, named (``validation.check_options``),
+            before the model is loaded.
     """
 
     name = "clipscore"
@@ -78,16 +106,19 @@ class CLIPScore:
         progress: bool | None = None,
         checkpoint: str | None = None,
     ) -> None:
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a string, got {type(prefix).__name__}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        # Every option is checked before the model loads: a bad one costs nothing.
+        options = check_options(
+            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
+            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+        )  # fmt: skip
         self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
-        self.batch_size = int(batch_size)
-        self.prefix = prefix
-        self.w = float(w)
-        self.num_workers = num_workers
-        self.progress = progress
+        # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
+        check_signature_text("model", self.backbone.name)
+        self.batch_size = options["batch_size"]
+        self.prefix = options["prefix"]
+        self.w = options["w"]
+        self.num_workers = options["num_workers"]
+        self.progress = options["progress"]
 
     def signature_options(self) -> dict[str, object]:
         options: dict[str, object] = {"model": self.backbone.name}
@@ -154,6 +185,7 @@ class RefCLIPScore(CLIPScore):
     name = "refclipscore"
 
     def __init__(self, *args, clip_reference_cosine: bool = False, **kwargs) -> None:
+        check_options(clip_reference_cosine=clip_reference_cosine)
         super().__init__(*args, **kwargs)
         self.clip_reference_cosine = bool(clip_reference_cosine)
 

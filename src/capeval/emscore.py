@@ -22,10 +22,11 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.frame_encoding import encode_videos, frame_embeddings
 from capeval.clip.text_encoding import encode_text_tokens
 from capeval.clip.tokenization import tokenize_captions
-from capeval.clip.video import NUM_FRAMES, check_num_frames
+from capeval.clip.video import NUM_FRAMES
 from capeval.emscore_matching import (
     IdfTable,
     best_per_candidate,
+    check_idf_table,
     coarse,
     combine_variants,
     fine_grained_text,
@@ -37,7 +38,13 @@ from capeval.emscore_matching import (
     video_embedding,
 )
 from capeval.signature import build_signature
-from capeval.validation import check_predictions, check_references, check_same_length
+from capeval.validation import (
+    check_options,
+    check_predictions,
+    check_references,
+    check_same_length,
+    check_signature_text,
+)
 
 VIDEO, TEXT, BOTH = "EMScore(X,V)", "EMScore(X,X*)", "EMScore(X,V,X*)"
 DETAIL_KEYS = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
@@ -98,8 +105,9 @@ class EMScore:
         num_frames: frames per video, evenly spaced; ``None`` (default) = every frame, as the authors'
             library; their VATEX-EVAL protocol uses 10.
         idf: ``True`` = IDF from the references of the call (else from its candidates); ``False`` = uniform
-            token weights; a list of captions = IDF from that corpus; a mapping token id -> weight = used as
-            given (a ``defaultdict`` or ``IdfTable`` supplies weights for ids it lacks).
+            token weights; a list of captions = IDF from that corpus; a mapping token id (int) -> weight (a
+            finite number >= 0) = used as given (a ``defaultdict`` or ``IdfTable`` supplies weights for ids it
+            lacks); it is checked and copied when the scorer is built, so later changes to it are not seen.
         checkpoint: PAC-S weights loaded over the backbone (the PAC-S authors' video variant).
         num_workers: threads decoding videos ahead of the model.
         progress: progress bars (``None``: only for long runs on a terminal).
@@ -119,19 +127,26 @@ class EMScore:
         num_workers: int | None = None,
         progress: bool | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        self.num_frames = check_num_frames(num_frames)
+        # Every option is checked before the checkpoint or the model is read.
+        options = check_options(
+            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
+            num_frames=num_frames, num_workers=num_workers, progress=progress,
+        )  # fmt: skip
+        self.num_frames = options["num_frames"]
         self.idf = self._check_idf(idf)
         self.backbone, self.checkpoint_tag = _backbone(model, checkpoint, device, dtype)
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.progress = progress
+        check_signature_text("model", self.backbone.name)
+        check_signature_text("checkpoint", self.checkpoint_tag)
+        self.batch_size = options["batch_size"]
+        self.num_workers = options["num_workers"]
+        self.progress = options["progress"]
 
     @staticmethod
     def _check_idf(idf):
-        if isinstance(idf, bool) or isinstance(idf, Mapping):
+        if isinstance(idf, bool):
             return idf
+        if isinstance(idf, Mapping):
+            return check_idf_table(idf)
         if isinstance(idf, (str, bytes)) or not isinstance(idf, Sequence):
             raise TypeError(
                 f"idf must be True, False, a list of captions or a mapping token id -> weight, got {type(idf).__name__}"
@@ -154,12 +169,9 @@ class EMScore:
                 # One document per (candidate, reference) pair, duplicates included, as the authors' corpus.
                 return idf_from_token_ids(ref_ids_flat, eos), "references"
             return idf_from_token_ids(cand_ids, eos), "candidates"
-        if isinstance(self.idf, Mapping):
-            items = sorted((int(k), round(float(v), 8)) for k, v in self.idf.items())
-            default = getattr(self.idf, "default", None)
-            if default is None and getattr(self.idf, "default_factory", None) is not None:
-                default = self.idf.default_factory()
-            return self.idf, f"table:{_digest([items, default])}"
+        if isinstance(self.idf, IdfTable):  # check_idf_table's copy of the user's mapping
+            items = sorted((k, round(v, 8)) for k, v in self.idf.items())
+            return self.idf, f"table:{_digest([items, self.idf.default])}"
         ids, _ = tokenize_captions(self.backbone.tokenizer, self.idf, self.backbone.context_length)
         return idf_from_token_ids(ids, eos), f"corpus:{len(self.idf)}:{_digest(self.idf)}"
 

@@ -20,8 +20,9 @@ one-caption corpus) falls back to uniform weights instead of NaN.
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,52 @@ class IdfTable(dict):
         if self.default is None:
             raise KeyError(token_id)
         return self.default
+
+
+# IDF weights are logarithms, ln((N + 1) / (df + 1)) <= ln(N + 1), about 28 for 10^12 captions. The bound leaves
+# room for any rescaled table while the float32 sum of a caption's weights (normalise_weights) stays finite.
+IDF_WEIGHT_MAX = 1e30
+
+
+def _check_idf_weight(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"idf weight of {what} is {type(value).__name__} ({value!r:.40}), expected a number")
+    weight = float(value)
+    if not (math.isfinite(weight) and 0.0 <= weight <= IDF_WEIGHT_MAX):
+        raise ValueError(
+            f"idf weight of {what} is {weight}: weights must be finite numbers in [0, {IDF_WEIGHT_MAX:g}]"
+        )
+    return weight
+
+
+def check_idf_table(idf: Mapping) -> IdfTable:
+    """A user's IDF mapping checked whole, before any caption is encoded, and copied: token-id keys (ints),
+    weights and default (``IdfTable.default``, or a ``defaultdict``'s factory, called once) finite numbers in
+    [0, ``IDF_WEIGHT_MAX``].
+
+    A negative, NaN or infinite weight would make a caption's weights no distribution (scores outside the
+    cosine's range, or NaN); a string key ("320" from a JSON file) would never match a token id. The copy is
+    never written to (a ``defaultdict`` grows on every lookup), so one scorer serves several threads.
+
+    Raises:
+        TypeError: a key that is not an int, a weight that is not a number.
+        ValueError: a weight out of range.
+    """
+    values: dict[int, float] = {}
+    for key, value in idf.items():
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            hint = " (a table read from JSON: convert it with {int(k): v for k, v in table.items()})"
+            raise TypeError(
+                f"idf key {key!r} is {type(key).__name__}: keys are CLIP token ids (ints)"
+                + (hint if isinstance(key, str) else "")
+            )
+        values[int(key)] = _check_idf_weight(value, f"token id {key}")
+    default = getattr(idf, "default", None)
+    if default is None and getattr(idf, "default_factory", None) is not None:
+        default = idf.default_factory()
+    if default is not None:
+        default = _check_idf_weight(default, "unseen token ids (the default)")
+    return IdfTable(values, default=default, n_docs=getattr(idf, "n_docs", None))
 
 
 def idf_from_token_ids(docs: Sequence[Sequence[int]], eos_id: int) -> IdfTable:

@@ -19,6 +19,7 @@ from capeval.clip.checkpoints.locate import resolve_checkpoint
 from capeval.clip.tokenization import PREFIX
 from capeval.clipscore import CLIPScore, RefCLIPScore
 from capeval.scores import W_PAC_S
+from capeval.validation import check_options, check_signature_text
 
 
 class PACScore(RefCLIPScore):
@@ -55,7 +56,13 @@ class PACScore(RefCLIPScore):
     ) -> None:
         if checkpoint is None:
             raise ValueError(missing_checkpoint_help())
+        # The options first: reading the checkpoint (below) is already work a bad option should not cost.
+        check_options(
+            checkpoint=checkpoint, model=model, device=device, dtype=dtype, batch_size=batch_size,
+            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+        )  # fmt: skip
         resolved = resolve_checkpoint(checkpoint)
+        check_signature_text("checkpoint", resolved.tag)
         options = dict(
             device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
             num_workers=num_workers, progress=progress,

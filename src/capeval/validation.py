@@ -1,10 +1,20 @@
-"""Checks on user input, shared by every metric: errors name the offending item and its index."""
+"""Checks on user input, shared by every metric: errors name the offending item and its index.
+
+The inputs (predictions, references, per-prediction lists) are checked when a metric is called; the options
+every metric shares (``batch_size``, ``device``, ``w``, ``prefix``, ...) by ``check_options``, in one place,
+when a metric is built and before any model or file is loaded.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import unicodedata
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+
+import numpy as np
 
 # Unicode's Default_Ignorable_Code_Point characters outside the format controls (Cf): fillers, variation
 # selectors and the code points reserved as ignorable, which render as nothing (DerivedCoreProperties.txt, 15.1).
@@ -41,7 +51,11 @@ def _empty_reason(text: str) -> str | None:
 
 
 def _is_sequence(x) -> bool:
-    return isinstance(x, Sequence) and not isinstance(x, (str, bytes))
+    return isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray))
+
+
+def _shown(value) -> str:
+    return f"{type(value).__name__} ({value!r:.60})"
 
 
 def check_predictions(predictions) -> list[str]:
@@ -51,8 +65,13 @@ def check_predictions(predictions) -> list[str]:
         TypeError: not a list, or an item that is not a string.
         ValueError: a caption without visible text (empty, or only whitespace, control or format characters).
     """
-    if isinstance(predictions, str) or not _is_sequence(predictions):
-        raise TypeError(f"predictions must be a list of strings, got {type(predictions).__name__}")
+    if isinstance(predictions, (str, bytes)):
+        raise TypeError(
+            f"predictions must be a list of strings, got {_shown(predictions)}: a bare string is not a list of "
+            "captions (wrap one caption in a list)"
+        )
+    if not _is_sequence(predictions):
+        raise TypeError(f"predictions must be a list of strings, got {_shown(predictions)}")
     for i, p in enumerate(predictions):
         if not isinstance(p, str):
             raise TypeError(f"prediction {i} is {type(p).__name__} ({p!r:.60}), expected a string")
@@ -62,43 +81,64 @@ def check_predictions(predictions) -> list[str]:
     return list(predictions)
 
 
-def check_references(references, n: int) -> list[list[str]]:
-    """One non-empty list of non-empty reference strings per prediction.
+def check_reference_list(refs, index: int | None = None, allow_empty: bool = False) -> list[str]:
+    """One prediction's references: a list of non-empty strings (``index`` names it in errors; ``None`` for the
+    single ``reference`` of evaluate's ``add``).
+
+    Raises:
+        TypeError: a bare string instead of a list, or an item that is not a string.
+        ValueError: an empty list (unless ``allow_empty``) or an empty reference.
+    """
+    label = "reference" if index is None else f"references {index}"
+    if isinstance(refs, str):
+        raise TypeError(
+            f"{label} is a string; expected a list of reference strings (wrap it: [{refs!r:.40}])"
+        )
+    if not _is_sequence(refs):
+        raise TypeError(f"{label} is {type(refs).__name__}, expected a list of strings")
+    if len(refs) == 0 and not allow_empty:
+        raise ValueError(f"{label} is an empty list: every prediction needs at least one reference")
+    for j, r in enumerate(refs):
+        where = f"item {j} of reference" if index is None else f"reference {j} of item {index}"
+        if not isinstance(r, str):
+            raise TypeError(f"{where} is {type(r).__name__}, expected a string")
+        reason = _empty_reason(r)
+        if reason is not None:
+            raise ValueError(f"{where} is an empty string{reason}")
+    return list(refs)
+
+
+def check_references(references, n: int, allow_empty: bool = False) -> list[list[str]]:
+    """One list of non-empty reference strings per prediction (non-empty unless ``allow_empty``).
 
     Raises:
         TypeError: not a list of lists of strings (a bare string instead of a list is refused).
         ValueError: length mismatch, an empty reference list or a reference without visible text.
     """
-    if isinstance(references, str) or not _is_sequence(references):
-        raise TypeError(f"references must be a list of lists of strings, got {type(references).__name__}")
+    if not _is_sequence(references):
+        raise TypeError(f"references must be a list of lists of strings, got {_shown(references)}")
     if len(references) != n:
         raise ValueError(f"got {len(references)} reference lists for {n} predictions")
-    out = []
-    for i, refs in enumerate(references):
-        if isinstance(refs, str):
-            raise TypeError(
-                f"references {i} is a string; expected a list of reference strings (wrap it: [{refs!r:.40}])"
-            )
-        if not _is_sequence(refs):
-            raise TypeError(f"references {i} is {type(refs).__name__}, expected a list of strings")
-        if len(refs) == 0:
-            raise ValueError(
-                f"references {i} is an empty list: every prediction needs at least one reference"
-            )
-        for j, r in enumerate(refs):
-            if not isinstance(r, str):
-                raise TypeError(f"reference {j} of item {i} is {type(r).__name__}, expected a string")
-            reason = _empty_reason(r)
-            if reason is not None:
-                raise ValueError(f"reference {j} of item {i} is an empty string{reason}")
-        out.append(list(refs))
-    return out
+    return [check_reference_list(refs, i, allow_empty) for i, refs in enumerate(references)]
 
 
 def check_same_length(name: str, items, n: int) -> None:
-    """``len(items) == n`` for a per-prediction keyword argument such as ``images``."""
-    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__len__"):
-        raise TypeError(f"{name} must be a list with one entry per prediction, got {type(items).__name__}")
+    """``len(items) == n`` for a per-prediction keyword argument such as ``images``.
+
+    Raises:
+        TypeError: a string or bytes (one item where a list belongs), a mapping or a set (no order to pair
+            with the predictions), or anything without a length and indexing (a generator).
+        ValueError: a length other than ``n``.
+    """
+    if (
+        isinstance(items, (str, bytes, bytearray, Mapping, Set))
+        or not hasattr(items, "__len__")
+        or not hasattr(items, "__getitem__")
+    ):
+        raise TypeError(
+            f"{name} must be a list with one entry per prediction, got {_shown(items)}"
+            + (": a bare string would be one item, not a list" if isinstance(items, (str, bytes)) else "")
+        )
     if len(items) != n:
         raise ValueError(f"got {len(items)} {name} for {n} predictions")
 
@@ -114,3 +154,168 @@ def warn_empty(kind: str, indices: Iterable[int], consequence: str) -> None:
             f"{consequence}",
             stacklevel=3,
         )
+
+
+# -- options ---------------------------------------------------------------------------------------------------
+
+
+def check_positive_number(name: str, value) -> float:
+    """A finite real number > 0 (``w``, ``sigma``): NaN and inf would make every score NaN or 0, and a weight
+    of 0 or below erases or inverts the ranking the metric exists to give.
+
+    Raises:
+        TypeError: not a real number (a string, a bool, ``None``).
+        ValueError: NaN, inf, 0 or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {_shown(value)}")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a positive number (finite, > 0), got {number}")
+    return number
+
+
+def check_finite_number(name: str, value) -> float:
+    """A finite real number, of any sign (``threshold``): NaN compares false with every score.
+
+    Raises:
+        TypeError: not a real number.
+        ValueError: NaN or inf.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {_shown(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number}")
+    return number
+
+
+def check_count(name: str, value, optional: bool = False) -> int | None:
+    """An int >= 1 (``batch_size``, ``num_workers``); ``None`` too when ``optional`` (chosen automatically).
+
+    Raises:
+        TypeError: not an int (a string such as ``"64"``, a float, a bool).
+        ValueError: 0 or negative.
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        expected = "an int >= 1 or None" if optional else "an int >= 1"
+        raise TypeError(f"{name} must be {expected}, got {_shown(value)}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def check_flag(name: str, value, optional: bool = False) -> bool | None:
+    """``True`` or ``False`` (``None`` too when ``optional``): ``bool("no")`` is ``True``, so nothing else is
+    taken for a flag.
+
+    Raises:
+        TypeError: anything but a bool (numpy's included) or, when ``optional``, ``None``.
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    expected = "True, False or None" if optional else "True or False"
+    raise TypeError(f"{name} must be {expected}, got {_shown(value)}")
+
+
+def check_signature_text(name: str, value):
+    """A string or path option that goes into the signature (``model``, ``checkpoint``, ``vectors``): not empty,
+    and without ``|``, the signature's field separator. Other values (``None``, loaded objects) pass unchanged.
+
+    Raises:
+        ValueError: an empty name, or a ``|`` in it.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str) and not text.strip():
+            # Path("") is the current folder: an empty name would load whatever happens to be there.
+            raise ValueError(f"{name} is an empty string")
+        if "|" in str(text):
+            raise ValueError(f"{name} {text!r} contains '|', the separator of result signatures: rename it")
+    return value
+
+
+def check_prefix(prefix) -> str:
+    """The prompt joined before every caption: a string without ``|`` (it is written into the signature).
+
+    Raises:
+        TypeError: not a string.
+        ValueError: a ``|`` in it.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a string, got {_shown(prefix)}")
+    if "|" in prefix:
+        raise ValueError(f"prefix {prefix!r} contains '|', the separator of result signatures")
+    return prefix
+
+
+def _check_device(device):
+    from capeval.clip.backbones import resolve_device
+
+    resolve_device(device)
+    return device
+
+
+def _check_dtype(dtype):
+    from capeval.clip.backbones import resolve_dtype
+
+    resolve_dtype(dtype)
+    return dtype
+
+
+def _check_num_frames(num_frames):
+    from capeval.clip.video import check_num_frames
+
+    return check_num_frames(num_frames)
+
+
+# Every option two or more metrics share, by name, with its rule. Each metric checks its options here first.
+_OPTION_RULES: dict[str, Callable] = {
+    "model": lambda v: check_signature_text("model", v),
+    "checkpoint": lambda v: check_signature_text("checkpoint", v),
+    "vectors": lambda v: check_signature_text("vectors", v),
+    "device": _check_device,
+    "dtype": _check_dtype,
+    "batch_size": lambda v: check_count("batch_size", v),
+    "num_workers": lambda v: check_count("num_workers", v, optional=True),
+    "num_frames": _check_num_frames,
+    "prefix": check_prefix,
+    "w": lambda v: check_positive_number("w", v),
+    "sigma": lambda v: check_positive_number("sigma", v),
+    "progress": lambda v: check_flag("progress", v, optional=True),
+    "clip_reference_cosine": lambda v: check_flag("clip_reference_cosine", v),
+    "normalize_vectors": lambda v: check_flag("normalize_vectors", v),
+    "prune": lambda v: check_flag("prune", v),
+}
+
+
+def check_options(**options) -> dict:
+    """The shared options of a metric, each checked by its rule; returns them normalised (``batch_size`` an
+    int, ``w`` a float, ...). Called first in every metric's constructor, so a bad option is refused before any
+    model, checkpoint or vectors file is read.
+
+    Raises:
+        TypeError: an option of the wrong type (named, with the value).
+        ValueError: an option out of range: ``w=nan``, ``batch_size=0``, ``device="meta"``, a ``|`` in ``prefix``.
+        KeyError: an option this module has no rule for (a programming error in the caller).
+    """
+    return {name: _OPTION_RULES[name](value) for name, value in options.items()}
+
+
+def cli_type(name: str, parse: Callable[[str], object], check: Callable[[str, object], object]) -> Callable:
+    """An argparse ``type=`` that parses a command-line value and checks it by one of the rules above, so the
+    command refuses it before any work, in one line naming the option (``argument --w: w must be ...``)."""
+    import argparse
+
+    def convert(text: str):
+        try:
+            return check(name, parse(text))
+        except (TypeError, ValueError) as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = name
+    return convert

@@ -19,7 +19,7 @@ from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
 from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
 from capeval.text.vectors import WordVectors, load_vectors
-from capeval.validation import check_predictions, check_references, warn_empty
+from capeval.validation import check_options, check_predictions, check_references, warn_empty
 
 REDUCTIONS = ("mean", "max", "min")
 REDUCTION = "mean"  # Sharif et al. 2020: the cosines with the references are averaged
@@ -49,14 +49,17 @@ class WEmbSim:
         normalize_vectors: bool = False,
         tokenizer="ptb",
     ) -> None:
-        if reduction not in REDUCTIONS:
+        if not isinstance(reduction, str) or reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        self.vectors: WordVectors = load_vectors(vectors)
+        # Every option is checked before the vectors load (seconds to minutes for large files).
+        options = check_options(vectors=vectors, normalize_vectors=normalize_vectors)
         self.reduction = reduction
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
-        self.normalize_vectors = bool(normalize_vectors)
-        warn_zero_rows(self.vectors.tag, self.vectors.zero_words, self.name)
+        self.normalize_vectors = options["normalize_vectors"]
         self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
+        self.vectors: WordVectors = load_vectors(vectors)
+        warn_zero_rows(self.vectors.tag, self.vectors.zero_words, self.name)
+        self.signature  # noqa: B018 - built once now: a field it refuses fails here, not after a run
 
     def signature_options(self) -> dict[str, object]:
         return {

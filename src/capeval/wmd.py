@@ -11,7 +11,6 @@ that never changes a score).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ from capeval.text.tokenize import resolve_tokenizer
 from capeval.text.transport import MAX_DOCUMENT_WORDS, WMDResult, best_reference_wmd
 from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
 from capeval.text.vectors import WordVectors, load_vectors
-from capeval.validation import check_predictions, check_references, warn_empty
+from capeval.validation import check_options, check_predictions, check_references, warn_empty
 
 SIGMA = 1.0  # tylin/coco-caption pycocoevalcap/wmd/wmd.py: self.sigma = 1.0; score = exp(-WMD / sigma)
 
@@ -34,7 +33,7 @@ class WMD:
     Args:
         vectors: word vectors: ``None`` for the packaged GloVe-6B-50d, a file, a Hub repo (e.g.
             ``fse/word2vec-google-news-300``, the toolkit's vectors) or loaded vectors; see ``load_vectors``.
-        sigma: scale of the distance in the score (1 in the toolkit).
+        sigma: scale of the distance in the score (1 in the toolkit), a finite number > 0.
         normalize_vectors: unit-length word vectors (gensim 4's ``wmdistance`` default); ``False`` keeps the
             raw vectors, as gensim 3 did for the toolkit. Normalised, words whose vector is all zeros (no
             direction: gensim 4 gives NaN) are out of vocabulary, with a warning; raw, they stay at the origin.
@@ -56,19 +55,26 @@ class WMD:
         prune: bool = True,
         num_workers: int | None = None,
     ) -> None:
-        if not isinstance(sigma, (int, float)) or not math.isfinite(sigma) or sigma <= 0:
-            raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+        # Every option is checked before the vectors load (seconds to minutes for large files).
+        options = check_options(
+            vectors=vectors,
+            sigma=sigma,
+            normalize_vectors=normalize_vectors,
+            prune=prune,
+            num_workers=num_workers,
+        )
+        self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
+        self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
+        self.sigma = options["sigma"]
+        self.normalize_vectors = options["normalize_vectors"]
+        self.prune = options["prune"]
+        self.num_workers = options["num_workers"]
         self.vectors: WordVectors = load_vectors(vectors)
-        self.sigma = float(sigma)
-        self.normalize_vectors = bool(normalize_vectors)
         # A zero vector has no direction: normalised, it would be 0/0 (see capeval.text.vector_rows).
         self.excluded = self.vectors.zero_words if self.normalize_vectors else frozenset()
         warn_zero_rows(self.vectors.tag, self.excluded, self.name)
-        self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
-        self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
-        self.prune = bool(prune)
-        self.num_workers = num_workers
         self.last_stats: WMDResult | None = None
+        self.signature  # noqa: B018 - built once now: a field it refuses fails here, not after a run
 
     def signature_options(self) -> dict[str, object]:
         return {

@@ -79,7 +79,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     """``None`` picks the first GPU if any, else the CPU; a named device must exist.
 
     Raises:
-        ValueError: unknown device string, or a CUDA device on a machine without one.
+        ValueError: unknown device string, a CUDA device on a machine without one, ``meta`` (it holds no
+            data), or a device type this torch cannot make tensors on.
     """
     if device is None:
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -87,6 +88,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda', 'cuda:1', ... or None") from err
+    if dev.type == "meta":
+        raise ValueError(
+            f"device {device!r} holds shapes, not numbers: no score can be computed there; use 'cpu', 'cuda', ..."
+        )
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU on this machine")
@@ -98,6 +103,13 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device("cuda", index)
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r} asked for, but MPS is not available")
+    elif dev.type != "cpu":
+        # Any other type torch.device() parses ("xla", "hpu", ...) needs its backend: find out now, not mid-run.
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError, NotImplementedError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"device {device!r}: this torch cannot make tensors there ({reason})") from err
     return dev
 
 
@@ -107,6 +119,8 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         if dtype not in DTYPES.values():
             raise ValueError(f"unsupported dtype {dtype}: use one of {sorted(DTYPES)}")
         return dtype
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be one of {sorted(DTYPES)} or a torch dtype, got {type(dtype).__name__}")
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: use one of {sorted(DTYPES)}")
     return DTYPES[dtype]
@@ -134,6 +148,13 @@ def _locate(model: str) -> tuple[Path, str]:
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise ValueError(f"model folder {local} has no config.json: not a transformers model folder")
+        for entry in local.iterdir():
+            # A pipe among the files would block its reader forever, a device never end: refused unread.
+            if entry.exists() and not (entry.is_file() or entry.is_dir()):
+                raise ValueError(
+                    f"model folder {local}: {entry.name} is not a regular file (a device, pipe or socket); "
+                    "refused unread"
+                )
         return local.resolve(), weights_sha256(local)
     if _looks_like_path(model) or local.exists():
         raise ValueError(f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')")
@@ -242,6 +263,11 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if source == model and not Path(model).exists():
             raise OSError(_offline_help(model)) from err
         raise
+    except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
+        refusal = _damaged_weights(folder, err)
+        if refusal is None:
+            raise
+        raise refusal from err
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -305,7 +331,37 @@ def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
         refusal = unpickling_refusal(path, err, hint)
         if str(refusal).startswith("refused"):
             return refusal
-    return ValueError(f"model folder {folder}: its weights could not be read with weights_only=True ({err})")
+    names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"
+    first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ValueError(
+        f"model folder {folder}: {names} could not be read with weights_only=True: truncated, corrupt or not "
+        f"a PyTorch weights file ({first_line})"
+    )
+
+
+def _damaged_weights(folder: Path, err: Exception) -> ValueError | None:
+    """A ValueError naming the damaged weights file of a model folder, when ``err`` comes from reading one;
+    ``None`` for any other error (which is raised as it is).
+
+    safetensors raises its own ``SafetensorError`` and torch a ``RuntimeError`` for a cut zip archive: neither
+    names the file, and a folder can hold several.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    if isinstance(err, SafetensorError):
+        for path in sorted(folder.glob("*.safetensors")):
+            try:
+                with safe_open(str(path), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as probe:
+                return ValueError(
+                    f"{path} is truncated or corrupt: not a readable safetensors file ({probe})"
+                )
+        return ValueError(f"model folder {folder}: its safetensors weights could not be read ({err})")
+    if isinstance(err, RuntimeError) and "PytorchStreamReader" in str(err):
+        names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"
+        return ValueError(f"model folder {folder}: {names} is truncated or corrupt ({err})")
+    return None
 
 
 def clear_cache() -> None:

@@ -102,6 +102,24 @@ def encode_videos(
     return [out[j] for j in inverse]
 
 
+def _as_frame_tensor(e, i: int, name: str) -> torch.Tensor:
+    """One video's frame embeddings as a float32 CPU tensor; text or non-real values are refused by index."""
+    if isinstance(e, (str, bytes)):
+        raise TypeError(f"{name} {i} is a {type(e).__name__}; expected a (frames, D) array of embeddings")
+    if not isinstance(e, torch.Tensor):
+        try:
+            # No dtype here: numpy would quietly read the text "0.5" as a number.
+            arr = np.asarray(e)
+        except (ValueError, TypeError) as err:
+            raise TypeError(f"{name} {i} is not an array of numbers: {err}") from None
+        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{name} {i} must hold real numbers, got dtype {arr.dtype}")
+        e = torch.from_numpy(np.asarray(arr, dtype=np.float32))
+    elif e.is_complex() or e.dtype == torch.bool:
+        raise TypeError(f"{name} {i} must hold real numbers, got a {e.dtype} tensor")
+    return e.detach().float().cpu()
+
+
 def frame_embeddings(
     embeds, n: int, dim: int, num_frames: int | None = NUM_FRAMES, name: str = "video_embeds"
 ) -> list[torch.Tensor]:
@@ -138,8 +156,7 @@ def frame_embeddings(
         if id(e) in cache:
             out.append(cache[id(e)])
             continue
-        t = e if isinstance(e, torch.Tensor) else torch.as_tensor(np.asarray(e, dtype=np.float32))
-        t = t.detach().float().cpu()
+        t = _as_frame_tensor(e, i, name)
         if t.ndim == 1:
             t = t[None]
         if t.ndim != 2 or t.shape[1] != dim:

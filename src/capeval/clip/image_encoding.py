@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,43 @@ def default_workers(device: torch.device | None = None) -> int:
     return max(1, min(32, cores) if device is not None and device.type == "cuda" else min(4, cores))
 
 
+class _TF32Off:
+    """cuDNN's process-wide TF32 switch, held off while any thread encodes float32 images on a GPU.
+
+    Each thread saving and restoring the flag itself would leave it off for good when two encodings overlap (the
+    second saves the first's "off"); here the first to enter saves it and the last to leave restores it.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.saved: bool | None = None
+
+    @staticmethod
+    def _set(value: bool) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.backends.cudnn.allow_tf32 = value
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.users == 0:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.saved = torch.backends.cudnn.allow_tf32
+                self._set(False)
+            self.users += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                self._set(self.saved)
+
+
+_TF32 = _TF32Off()
+
+
 @contextlib.contextmanager
 def _ieee_fp32_convolutions(backbone: Backbone):
     """float32 on a GPU means float32: cuDNN's default TF32 convolutions (the patch embedding) move CLIP-S by
@@ -51,16 +89,11 @@ def _ieee_fp32_convolutions(backbone: Backbone):
     if backbone.device.type != "cuda" or backbone.dtype != torch.float32:
         yield
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        previous = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
+    _TF32.enter()
     try:
         yield
     finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.backends.cudnn.allow_tf32 = previous
+        _TF32.leave()
 
 
 @torch.inference_mode()

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import io
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,38 @@ def _describe(image: ImageInput) -> str:
         return f" ({image['path']!r})"
     return ""
 
+
+def not_a_regular_file(st: os.stat_result, shown: str, index: int, kind: str = "image") -> ValueError | None:
+    """The refusal of a path that is no regular file: a folder, or a device, pipe or socket (``/dev/zero`` is
+    endless, a pipe blocks forever): refused from its ``stat``, before any byte is read."""
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return ValueError(
+            f"{kind} {index} ({shown!r}): is a folder, not {'an' if kind == 'image' else 'a'} {kind} file"
+        )
+    return ValueError(
+        f"{kind} {index} ({shown!r}): not a regular file (a device, pipe or socket); refused unread"
+    )
+
+
+def _image_bytes(image: dict, index: int):
+    data = image["bytes"]
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"image {index}: the 'bytes' of a datasets Image dict must be bytes (the encoded file), "
+            f"got {type(data).__name__} ({data!r:.40})"
+        )
+    return data
+
+
+def tensor_pixels(image: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array; float16 and bfloat16 (which numpy lacks) widen exactly to float32, so a
+    half-precision image reads as its float32 copy does."""
+    image = image.detach().cpu()
+    if image.dtype in (torch.float16, torch.bfloat16):
+        image = image.float()
+    return image.numpy()
 
 MAX_ASPECT_RATIO = 100
 """Longest side over shortest side that capeval preprocesses: capeval's bound, not the authors'.
@@ -62,13 +95,10 @@ def _array_pixels(image: np.ndarray | torch.Tensor, index: int | None) -> np.nda
     give equal results exactly when they hold the same pixels (their identity is taken from this array).
     """
     if isinstance(image, torch.Tensor):
-        t = image.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
         try:
-            arr = t.numpy()
+            arr = tensor_pixels(image)
         except TypeError as err:
-            raise ValueError(f"{_what(index)}: unsupported tensor dtype {t.dtype}; {_ARRAY_DTYPES}") from err
+            raise ValueError(f"{_what(index)}: unsupported tensor dtype {image.dtype}; {_ARRAY_DTYPES}") from err
         chw = arr.ndim == 3
     else:
         arr, chw = image, False
@@ -132,12 +162,15 @@ def image_key(image: ImageInput, index: int) -> tuple:
             raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from err
         except OSError as err:
             raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
+        refusal = not_a_regular_file(st, os.fspath(image), index)
+        if refusal is not None:
+            raise refusal
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
     if isinstance(image, (Image.Image, np.ndarray, torch.Tensor)):
         return ("pixels", pixel_digest(image, index).hex())
     if isinstance(image, dict):
         if image.get("bytes") is not None:
-            return ("bytes", hashlib.blake2b(image["bytes"], digest_size=16).hexdigest())
+            return ("bytes", hashlib.blake2b(_image_bytes(image, index), digest_size=16).hexdigest())
         if image.get("path"):
             return image_key(image["path"], index)
         raise ValueError(
@@ -242,6 +275,8 @@ def _open(source, index: int, label: str) -> Image.Image:
 
 def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
     """The PIL image of a checked (H, W[, C]) array from ``_array_pixels``."""
+    if arr.dtype == np.float16:
+        arr = arr.astype(np.float32)  # exact: scaled to 0-255 as its float32 copy is, not in 11-bit steps
     if arr.dtype == np.bool_:
         arr = arr.astype(np.uint8) * 255
     elif np.issubdtype(arr.dtype, np.floating):
@@ -281,15 +316,21 @@ def _read(image: ImageInput, index: int) -> Image.Image:
         return image
     if isinstance(image, (str, os.PathLike)):
         path = Path(os.fspath(image)).expanduser()
-        if not path.is_file():
-            what = "is a folder, not an image file" if path.is_dir() else "file not found"
-            raise ValueError(f"image {index} ({os.fspath(image)!r}): {what}")
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from None
+        except OSError as err:
+            raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
+        refusal = not_a_regular_file(st, os.fspath(image), index)
+        if refusal is not None:
+            raise refusal
         return _open(path, index, _describe(image))
     if isinstance(image, (np.ndarray, torch.Tensor)):
         return _array_to_pil(_array_pixels(image, index), index)
     if isinstance(image, dict):
         if image.get("bytes") is not None:
-            return _open(io.BytesIO(image["bytes"]), index, _describe(image))
+            return _open(io.BytesIO(_image_bytes(image, index)), index, _describe(image))
         if image.get("path"):
             return _read(image["path"], index)
         raise ValueError(

@@ -39,6 +39,7 @@ _PROBES = [
     "supercalifragilisticexpialidocious " + "x" * 90,
 ]
 _word_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_word_ids_lock = threading.Lock()  # threads meeting a new tokenizer at once build and probe its cache once
 
 
 def clean_caption(text: str) -> str:
@@ -123,13 +124,17 @@ def _word_ids_for(tokenizer) -> _WordIds | None:
         return None
     if cached is not False:
         return cached
-    fast = _WordIds(tokenizer) if tokenizer.bos_token_id is not None else None
-    if fast is not None:
-        probes = [clean_caption(p) for p in _PROBES]
-        if fast.encode(probes) != _encode_with_tokenizer(tokenizer, probes):
-            fast = None
-    _word_ids[tokenizer] = fast
-    return fast
+    with _word_ids_lock:
+        cached = _word_ids.get(tokenizer, False)
+        if cached is not False:
+            return cached
+        fast = _WordIds(tokenizer) if tokenizer.bos_token_id is not None else None
+        if fast is not None:
+            probes = [clean_caption(p) for p in _PROBES]
+            if fast.encode(probes) != _encode_with_tokenizer(tokenizer, probes):
+                fast = None
+        _word_ids[tokenizer] = fast
+        return fast
 
 
 def clear_word_cache(tokenizer) -> None:

@@ -23,7 +23,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.clip.images import check_geometry, image_key, load_image, resize_and_crop
+from capeval.clip.images import (
+    check_geometry,
+    image_key,
+    load_image,
+    not_a_regular_file,
+    resize_and_crop,
+    tensor_pixels,
+)
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
 
@@ -87,6 +94,9 @@ def video_key(video: VideoInput, index: int) -> tuple:
             st = path.stat()
         except OSError as err:
             raise ValueError(f"video {index}{_describe(video)}: cannot read it: {err.strerror}") from err
+        refusal = not_a_regular_file(st, os.fspath(video), index, kind="video")
+        if refusal is not None:
+            raise refusal
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
     if isinstance(video, (np.ndarray, torch.Tensor)):
         if video.ndim != 4:
@@ -118,13 +128,10 @@ def _frames_array(video: np.ndarray | torch.Tensor, index: int) -> np.ndarray:
     """A (T, H, W, C) array video as it is, a (T, C, H, W) tensor as the (T, H, W, C) array of its frames."""
     if isinstance(video, np.ndarray):
         return video
-    t = video.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        t = t.float()  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
     try:
-        return np.moveaxis(t.numpy(), 1, -1)
+        return np.moveaxis(tensor_pixels(video), 1, -1)
     except TypeError as err:
-        raise ValueError(f"video {index}: unsupported tensor dtype {t.dtype}") from err
+        raise ValueError(f"video {index}: unsupported tensor dtype {video.dtype}") from err
 
 
 def _open_container(av, path: Path, index: int, label: str):

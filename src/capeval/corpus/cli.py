@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from capeval.corpus.run import CHUNK_SIZE, IMAGE_METRICS, score_corpus
+from capeval.validation import check_count, check_finite_number, cli_type
 
 
 def add_corpus_arguments(parser) -> None:
@@ -25,16 +26,27 @@ def add_corpus_arguments(parser) -> None:
     group.add_argument("--id-column", default="id")
     group.add_argument("--split", default=None, help="dataset split (datasets sources)")
     group.add_argument(
-        "--threshold", type=float, default=None, help="write kept.jsonl with rows scoring at least this"
+        "--threshold",
+        type=cli_type("threshold", float, check_finite_number),
+        default=None,
+        help="write kept.jsonl with rows scoring at least this",
     )
     group.add_argument("--threshold-key", default=None, help="per-row score compared with --threshold")
     group.add_argument(
         "--cache", default=None, help="embedding cache file (default OUTPUT/embeddings.sqlite)"
     )
     group.add_argument(
-        "--chunk-size", type=int, default=CHUNK_SIZE, help=f"rows per part (default {CHUNK_SIZE})"
+        "--chunk-size",
+        type=cli_type("chunk_size", int, check_count),
+        default=CHUNK_SIZE,
+        help=f"rows per part (default {CHUNK_SIZE})",
     )
-    group.add_argument("--num-workers", type=int, default=None, help="threads reading images")
+    group.add_argument(
+        "--num-workers",
+        type=cli_type("num_workers", int, check_count),
+        default=None,
+        help="threads reading images",
+    )
 
 
 def corpus_command(args) -> int:

@@ -1,7 +1,8 @@
 """capeval where other libraries meet it: evaluate (``capeval.load``), transformers' ``Trainer``
 (``make_compute_metrics``) and the Hugging Face Hub (publishing the Spaces and converted PAC-S weights).
 
-Modules: ``evaluate_modules``, ``trainer``, ``hub``. They sit on top of the metrics and the corpus machinery.
+Modules: ``evaluate_modules``, ``evaluate_inputs`` (the modules' input checks and lock), ``trainer``, ``hub``. They
+sit on top of the metrics and the corpus machinery.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from capeval._lazy import lazy_exports
 _PUBLIC = {
     "load": "capeval.integrations.evaluate_modules",
     "module_path": "capeval.integrations.evaluate_modules",
+    "GuardedMetric": "capeval.integrations.evaluate_inputs",
     "make_compute_metrics": "capeval.integrations.trainer",
     "CaptionMetrics": "capeval.integrations.trainer",
     "stage_space": "capeval.integrations.hub",

@@ -54,6 +54,24 @@ class PreparedTexts:
     documents: Documents
 
 
+def _checked_tokens(tokenizer: Callable[[str], list[str]], text: str) -> Sequence[str]:
+    """``tokenizer(text)``, refused unless it is a sequence of strings: a custom tokenizer returning one string
+    would have its characters taken for words."""
+    tokens = tokenizer(text)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
+        raise TypeError(
+            f"the tokenizer returned {type(tokens).__name__} for the caption {text!r:.60}; "
+            "expected a list of token strings"
+        )
+    for t in tokens:
+        if not isinstance(t, str):
+            raise TypeError(
+                f"the tokenizer returned the token {t!r:.40} ({type(t).__name__}) for the caption {text!r:.60}; "
+                "tokens must be strings"
+            )
+    return tokens
+
+
 def prepare(
     texts: Sequence[str],
     vectors: WordVectors,
@@ -93,7 +111,7 @@ def prepare(
             text_doc[i] = per_text[j][0]
             oov.append(per_text[j][1])
             continue
-        tokens = [t for t in tokenizer(text) if t not in stopwords]
+        tokens = [t for t in _checked_tokens(tokenizer, text) if t not in stopwords]
         kept = [t for t in tokens if contains(t)]
         dropped = [t for t in tokens if not contains(t)] if len(kept) != len(tokens) else []
         bag = Counter(kept)

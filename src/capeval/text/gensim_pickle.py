@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +201,9 @@ def _load_sidecars(obj, fname: str, mmap, compress: bool, subname, depth: int = 
         _load_sidecars(child, f"{fname}.{attrib}", mmap, compress, subname, depth + 1)
     for attrib in names("__numpys"):
         file = subname(fname, attrib)
+        if os.path.exists(file) and not stat.S_ISREG(os.stat(file).st_mode):
+            # A pipe would block forever, a device never end: refused before numpy opens it.
+            raise ValueError(f"sidecar {file}: not a regular file (a device, pipe or socket); refused unread")
         if compress:
             check_npz_member(Path(file))
             with np.load(file, allow_pickle=False) as archive:

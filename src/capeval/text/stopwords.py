@@ -49,6 +49,10 @@ def resolve_stopwords(stopwords: str | Iterable[str] | None) -> tuple[str, froze
                 f"unknown stopword list {stopwords!r}; use one of {sorted(STOPWORD_SETS)} or a set of words"
             )
         return stopwords, STOPWORD_SETS[stopwords]
+    if isinstance(stopwords, (bytes, bytearray)):
+        raise TypeError(
+            f"stopwords must be a list name or an iterable of strings, got {type(stopwords).__name__}"
+        )
     try:
         words = frozenset(stopwords)
     except TypeError:

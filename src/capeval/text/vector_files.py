@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import pickle
 import re
+import stat
 import struct
 from pathlib import Path
 
@@ -28,6 +29,21 @@ from capeval.text.vector_headers import check_fasttext_header, check_npy_header,
 _FASTTEXT_MAGIC = 793712314  # gensim.models._fasttext_bin: first int32 of a Facebook fastText .bin
 
 
+def require_regular_file(path: Path) -> None:
+    """Refuse, from its ``stat`` and before any byte is read, a vectors path that is a device, pipe or socket
+    (``/dev/zero`` never ends, a pipe blocks forever).
+
+    Raises:
+        ValueError: not a regular file.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ValueError(f"vectors {path}: no such file") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"vectors {path}: not a regular file (a device, pipe or socket); refused unread")
+
+
 def read_npy_parquet(npy: Path, parquet: Path) -> tuple[object, str]:
     """A ``.npy`` matrix (memory-mapped) with the parquet index of its words, and the matrix's fingerprint.
 
@@ -37,6 +53,8 @@ def read_npy_parquet(npy: Path, parquet: Path) -> tuple[object, str]:
     import pyarrow.parquet as pq
     from gensim.models import KeyedVectors
 
+    require_regular_file(npy)
+    require_regular_file(parquet)
     check_npy_header(npy)
     try:
         matrix = np.load(npy, mmap_mode="r", allow_pickle=False)
@@ -85,6 +103,7 @@ def read_vectors(path: Path, fingerprint: str | None = None) -> tuple[object, st
         raise ValueError(
             f"vectors folder {path}: expected one *_emb.npy with one *_index.parquet, or one .kv/.model file"
         )
+    require_regular_file(path)
     fmt = sniff_format(path)
     fingerprint = fingerprint or _file_fingerprint(path)
     try:

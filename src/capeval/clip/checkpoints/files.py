@@ -7,12 +7,29 @@ import hashlib
 import json
 import pickle
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
 
 from capeval.clip.checkpoints.layout import METADATA_KEYS
+
+
+def require_regular_file(path: Path, what: str = "checkpoint file") -> None:
+    """Refuse, from its ``stat`` and before any byte is read, a path that is a device, pipe or socket: hashing
+    ``/dev/zero`` never ends, opening a pipe blocks forever.
+
+    Raises:
+        FileNotFoundError: nothing there.
+        ValueError: not a regular file.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path.absolute()} does not exist") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{what} {path}: not a regular file (a device, pipe or socket); refused unread")
 
 
 def _data_only_globals() -> list:
@@ -58,8 +75,7 @@ def torch_load_weights(path: str | Path):
         ValueError: a truncated or corrupt file, or one whose unpickling would need code (nothing is run).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file {path.absolute()} does not exist")
+    require_regular_file(path)
     try:
         with torch.serialization.safe_globals(_data_only_globals()):
             try:
@@ -86,8 +102,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """
     path = Path(path)
     if path.suffix == ".safetensors":
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint file {path.absolute()} does not exist")
+        require_regular_file(path)
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
@@ -133,6 +148,7 @@ def read_model_folder(folder: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"checkpoint folder {folder} has no model.safetensors (nor its index)")
     sd: dict[str, torch.Tensor] = {}
     for f in files:
+        require_regular_file(f, "weights file")
         try:
             sd.update(load_file(f))
         except Exception as err:  # noqa: BLE001 - safetensors raises several types for damaged files
@@ -185,6 +201,7 @@ def weights_sha256(folder: Path) -> str:
     if not files:
         raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
     for path in files:
+        require_regular_file(path, "weights file")
         with open(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(chunk)
@@ -197,6 +214,7 @@ _SHA_CACHE: dict[tuple, str] = {}
 def file_sha256(path: str | Path) -> str:
     """Hex sha256 of a file, cached per (path, size, mtime) for the process."""
     path = Path(path).resolve()
+    require_regular_file(path)
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in _SHA_CACHE:

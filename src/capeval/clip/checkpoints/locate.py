@@ -115,6 +115,10 @@ def resolve_checkpoint(spec: str | os.PathLike) -> ResolvedCheckpoint:
         return ResolvedCheckpoint(spec, "model_folder", local.resolve(), local.resolve().name)
     if local.is_file():
         return ResolvedCheckpoint(spec, "state_dict", local.resolve(), local.stem)
+    if local.exists():
+        raise ValueError(
+            f"checkpoint {spec!r}: {local.absolute()} is not a regular file (a device, pipe or socket); refused unread"
+        )
     parts = spec.strip("/").split("/")
     explicit_path = spec.startswith((".", "/", "~")) or (os.sep != "/" and os.sep in spec)
     if explicit_path or len(parts) < 2 or (len(parts) == 2 and spec.endswith(_STATE_DICT_SUFFIXES)):

@@ -1,0 +1,271 @@
+"""Hostile input against the evaluate modules (``evaluate.load("metrics/<name>")`` from the repo root): what
+evaluate would store or split is refused by name first, and one module object serves several threads."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import threading
+from pathlib import Path
+
+import evaluate
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+
+# --- Item 4: a string where a list belongs, through evaluate's own input path ---
+
+ITEM4_MODULES = ["clipscore", "refclipscore", "pacscore", "wmd", "wembsim", "emscore"]
+ITEM4_WITH_REFERENCES = ["refclipscore", "pacscore", "wmd", "wembsim", "emscore"]
+ITEM4_NEED_REFERENCES = ["refclipscore", "wmd", "wembsim"]
+ITEM4_PREDICTIONS = ["a dark image", "a bright image", "a grey image"]
+ITEM4_REFERENCES = [["a black picture"], ["a white picture", "snow"], ["a grey picture"]]
+
+
+@pytest.fixture(scope="module")
+def item4_modules():
+    return {name: evaluate.load(str(REPO / "metrics" / name)) for name in ITEM4_MODULES}
+
+
+@pytest.fixture(scope="module")
+def item4_options(tiny_clip_dir):
+    """Per module, the compute keywords that make its inputs complete (images, a model or checkpoint)."""
+    images = [Image.fromarray(np.full((24, 24, 3), c, dtype=np.uint8)) for c in (20, 230, 128)]
+    model = {"model": str(tiny_clip_dir), "device": "cpu"}
+    return {
+        "clipscore": {"images": images, **model},
+        "refclipscore": {"images": images, **model},
+        "pacscore": {"images": images, "checkpoint": str(tiny_clip_dir), "device": "cpu"},
+        "wmd": {},
+        "wembsim": {},
+        "emscore": model,
+    }
+
+
+def _item4_compute(module, options, name, **inputs):
+    kwargs = dict(inputs)
+    if name not in ITEM4_WITH_REFERENCES:
+        kwargs.pop("references", None)
+    return module.compute(**kwargs, **options[name])
+
+
+@pytest.mark.parametrize("name", ITEM4_MODULES)
+def test_a_bare_string_as_predictions_is_refused_not_scored_character_by_character(
+    item4_modules, item4_options, name
+):
+    # evaluate would store "dog" as the three captions "d", "o", "g" and score them against three images.
+    for bare in ("dog", b"dog"):
+        with pytest.raises(TypeError, match="predictions must be a list of strings, got (str|bytes)"):
+            _item4_compute(
+                item4_modules[name], item4_options, name, predictions=bare, references=ITEM4_REFERENCES
+            )
+
+
+@pytest.mark.parametrize("name", ITEM4_MODULES)
+def test_a_non_string_caption_anywhere_in_the_list_is_refused_not_turned_into_text(
+    item4_modules, item4_options, name
+):
+    # evaluate checks the first item only and stores 3 as the caption "3".
+    with pytest.raises(TypeError, match="prediction 2 is int"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=["a dog", "a cat", 3],
+            references=ITEM4_REFERENCES,
+        )
+
+
+@pytest.mark.parametrize("name", ITEM4_WITH_REFERENCES)
+def test_a_string_in_place_of_a_reference_list_is_refused_naming_its_index(
+    item4_modules, item4_options, name
+):
+    with pytest.raises(TypeError, match="references 1 is a string; expected a list of reference strings"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=ITEM4_PREDICTIONS,
+            references=[["a black picture"], "a white picture", ["a grey picture"]],
+        )
+    with pytest.raises(TypeError, match="references must be a list of lists of strings, got str"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=ITEM4_PREDICTIONS,
+            references="a white picture",
+        )
+    with pytest.raises(TypeError, match="reference 1 of item 0 is int"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=ITEM4_PREDICTIONS,
+            references=[["a black picture", 5], ["snow"], ["grey"]],
+        )
+
+
+@pytest.mark.parametrize("name", ITEM4_MODULES)
+def test_add_batch_and_add_refuse_bad_input_and_store_nothing(item4_modules, item4_options, name):
+    module = item4_modules[name]
+    with pytest.raises(TypeError, match="predictions must be a list of strings, got str"):
+        module.add_batch(predictions="xy", references=[["x"], ["y"]])
+    with pytest.raises(TypeError, match="prediction must be a string .one caption., got list"):
+        module.add(prediction=["a dog", "a cat"], reference=["a dog"])
+    if name in ITEM4_WITH_REFERENCES:
+        with pytest.raises(TypeError, match="reference is a string; expected a list of reference strings"):
+            module.add(prediction="a dog", reference="a dog")
+    # Nothing of the refused calls was stored: the stream holds the good items only.
+    module.add_batch(predictions=ITEM4_PREDICTIONS[:2], references=ITEM4_REFERENCES[:2])
+    module.add(prediction=ITEM4_PREDICTIONS[2], reference=ITEM4_REFERENCES[2])
+    streamed = module.compute(**item4_options[name])
+    direct = _item4_compute(
+        module, item4_options, name, predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES
+    )
+    assert streamed["scores"] == pytest.approx(direct["scores"], abs=1e-6)
+    assert len(streamed["scores"]) == 3
+
+
+def test_numpy_arrays_of_captions_are_still_accepted(item4_modules, item4_options):
+    module = item4_modules["wmd"]
+    as_array = module.compute(predictions=np.array(ITEM4_PREDICTIONS), references=ITEM4_REFERENCES)
+    as_list = module.compute(predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES)
+    assert as_array["scores"] == as_list["scores"]
+
+
+# --- Item 5 (part): non-finite float options through compute ---
+
+
+@pytest.mark.parametrize("name", ["clipscore", "refclipscore", "pacscore"])
+@pytest.mark.parametrize("w", [math.nan, math.inf, 0.0, -1.0])
+def test_compute_refuses_a_non_finite_or_non_positive_w(item4_modules, item4_options, name, w):
+    with pytest.raises(ValueError, match=r"w must be a positive number \(finite, > 0\)"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=ITEM4_PREDICTIONS,
+            references=ITEM4_REFERENCES,
+            w=w,
+        )
+
+
+@pytest.mark.parametrize("sigma", [math.nan, math.inf, -1.0])
+def test_wmd_compute_refuses_a_non_finite_or_non_positive_sigma(item4_modules, sigma):
+    with pytest.raises(ValueError, match="sigma must be a positive number"):
+        item4_modules["wmd"].compute(predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES, sigma=sigma)
+
+
+# --- Item 11: one module object from several threads ---
+
+
+def _item11_threads(call, n: int = 4) -> list:
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def work(i: int) -> None:
+        barrier.wait()  # all four enter compute together
+        try:
+            results[i] = call()
+        except Exception as err:  # noqa: BLE001 - reported by the assertion
+            results[i] = err
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.parametrize("name", ITEM4_MODULES)
+def test_four_threads_computing_on_one_module_each_get_the_sequential_result(item4_options, name):
+    module = evaluate.load(str(REPO / "metrics" / name))
+
+    def call():
+        return _item4_compute(
+            module, item4_options, name, predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES
+        )
+
+    sequential = call()
+    results = _item11_threads(call)
+    assert all(isinstance(r, dict) for r in results), results
+    assert [r["scores"] for r in results] == [sequential["scores"]] * 4
+    # Later calls work (evaluate's per-object writer and cache file were never torn down under a call).
+    assert call()["scores"] == sequential["scores"]
+
+
+def test_a_guarded_module_still_pickles_and_copies_before_use():
+    # evaluate keeps a module picklable until its first call (then it holds file locks); the lock added here
+    # must not change that.
+    module = evaluate.load(str(REPO / "metrics" / "wmd"))
+    for clone in (pickle.loads(pickle.dumps(module)), copy.deepcopy(module)):
+        result = clone.compute(predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES)
+        assert len(result["scores"]) == 3
+        with pytest.raises(TypeError, match="predictions must be a list of strings, got str"):
+            clone.compute(predictions="dog", references=ITEM4_REFERENCES)
+
+
+# --- Item 12: options and missing inputs named before any work ---
+
+
+@pytest.mark.parametrize("name", ITEM4_NEED_REFERENCES)
+def test_references_none_is_a_value_error_naming_references(item4_modules, item4_options, name):
+    with pytest.raises(
+        ValueError, match="needs references= .one list of reference captions per prediction., got None"
+    ):
+        item4_modules[name].compute(predictions=ITEM4_PREDICTIONS, references=None, **item4_options[name])
+
+
+@pytest.mark.parametrize("name", ["pacscore", "emscore"])
+def test_modules_with_optional_references_still_score_without_them(item4_modules, item4_options, name):
+    options = dict(item4_options[name])
+    if name == "emscore":
+        frames = [np.full((24, 24, 3), c, dtype=np.uint8) for c in (20, 230)]
+        options["videos"] = [frames, frames, frames]
+    result = item4_modules[name].compute(predictions=ITEM4_PREDICTIONS, **options)
+    assert len(result["scores"]) == 3
+
+
+@pytest.mark.parametrize("name", ["clipscore", "refclipscore", "pacscore", "emscore"])
+@pytest.mark.parametrize(
+    ("option", "error", "message"),
+    [
+        ({"batch_size": "64"}, TypeError, "batch_size must be an int >= 1, got str"),
+        ({"device": "meta"}, ValueError, "device 'meta' holds shapes, not numbers"),
+        ({"dtype": "int8"}, ValueError, "unsupported dtype 'int8'"),
+    ],
+)
+def test_compute_refuses_a_bad_shared_option_by_name(
+    item4_modules, item4_options, name, option, error, message
+):
+    options = {**item4_options[name], **option}
+    with pytest.raises(error, match=message):
+        item4_modules[name].compute(predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES, **options)
+
+
+@pytest.mark.parametrize("name", ["clipscore", "refclipscore", "pacscore"])
+def test_compute_refuses_a_prefix_holding_the_signature_separator(item4_modules, item4_options, name):
+    with pytest.raises(ValueError, match=r"prefix 'A photo \| depicts' contains '\|'"):
+        _item4_compute(
+            item4_modules[name],
+            item4_options,
+            name,
+            predictions=ITEM4_PREDICTIONS,
+            references=ITEM4_REFERENCES,
+            prefix="A photo | depicts",
+        )
+
+
+def test_emscore_compute_refuses_an_idf_table_with_string_keys(item4_modules, item4_options):
+    with pytest.raises(TypeError, match="idf key '320' is str"):
+        item4_modules["emscore"].compute(
+            predictions=ITEM4_PREDICTIONS,
+            references=ITEM4_REFERENCES,
+            idf={"320": 1.0},
+            **item4_options["emscore"],
+        )
