@@ -70,6 +70,7 @@ def tensor_pixels(image: torch.Tensor) -> np.ndarray:
         image = image.float()
     return image.numpy()
 
+
 MAX_ASPECT_RATIO = 100
 """Longest side over shortest side that capeval preprocesses: capeval's bound, not the authors'.
 
@@ -98,7 +99,9 @@ def _array_pixels(image: np.ndarray | torch.Tensor, index: int | None) -> np.nda
         try:
             arr = tensor_pixels(image)
         except TypeError as err:
-            raise ValueError(f"{_what(index)}: unsupported tensor dtype {image.dtype}; {_ARRAY_DTYPES}") from err
+            raise ValueError(
+                f"{_what(index)}: unsupported tensor dtype {image.dtype}; {_ARRAY_DTYPES}"
+            ) from err
         chw = arr.ndim == 3
     else:
         arr, chw = image, False
