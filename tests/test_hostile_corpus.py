@@ -427,8 +427,12 @@ def test_bad_run_settings_are_refused_before_anything_is_written(
 def test_cli_threshold_nan_is_refused(item10_reference, tmp_path, capsys):
     corpus, _, options, _ = item10_reference
     args = ["score", "--corpus", str(corpus), "--output", str(tmp_path / "out"), "--model", options["model"]]
-    assert main([*args, "--threshold", "nan"]) == 2
-    assert "capeval: error: threshold must be a finite number, got nan" in capsys.readouterr().err
+    # Refused by the argument parser (capeval.validation's rule), before the run starts.
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--threshold", "nan"])
+    assert exit_info.value.code == 2
+    assert "argument --threshold: threshold must be a finite number, got nan" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_references_that_some_rows_lack_are_scored_per_row_with_counted_means(item10_reference, tmp_path):
