@@ -14,7 +14,7 @@ import numpy as np
 
 from capeval.scores import reduce_over_references, reference_cosines
 from capeval.signature import build_signature
-from capeval.text.documents import mean_embeddings, prepare
+from capeval.text.documents import mean_embeddings, prepare_batch
 from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
 from capeval.text.vector_rows import warn_zero_rows, zero_rows_field
@@ -85,34 +85,22 @@ class WEmbSim:
         """
         predictions = check_predictions(predictions)
         references = check_references(references, len(predictions))
-        flat_refs = [r for refs in references for r in refs]
-        lengths = [len(r) for r in references]
-        owner = np.repeat(np.arange(len(predictions)), lengths)
-        prepared = prepare(
-            predictions + flat_refs,
+        batch = prepare_batch(
+            predictions,
+            references,
             self.vectors,
             self.stopwords,
             self.tokenizer,
             self.normalize_vectors,
             exclude=self.vectors.zero_words,
         )
-        docs = prepared.documents
-        cand_doc = prepared.doc[: len(predictions)]
-        ref_doc = prepared.doc[len(predictions) :]
-        centroids = mean_embeddings(docs)
-        cosines = reference_cosines(centroids, cand_doc, ref_doc, owner)
-        scores = reduce_over_references(cosines, owner, len(predictions), self.reduction)
-        sizes = docs.sizes
-        warn_empty("predictions", np.flatnonzero(sizes[cand_doc] == 0), "score 0")
-        empty_refs = np.flatnonzero(sizes[ref_doc] == 0)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        warn_empty(
-            "references",
-            [(int(owner[k]), int(k - starts[owner[k]])) for k in empty_refs],
-            "left out of their caption's combination",
-        )
+        centroids = mean_embeddings(batch.documents)
+        cosines = reference_cosines(centroids, batch.candidate_doc, batch.reference_doc, batch.owner)
+        scores = reduce_over_references(cosines, batch.owner, len(predictions), self.reduction)
+        warn_empty("predictions", batch.empty_candidates(), "score 0")
+        warn_empty("references", batch.empty_references(), "left out of their caption's combination")
         per_ref = [None if not np.isfinite(c) else float(c) for c in cosines]
-        split = np.cumsum(lengths)[:-1]
+        split = np.cumsum([len(refs) for refs in references])[:-1]
         return {
             self.name: float(scores.mean()),
             "scores": scores.tolist(),

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from capeval.signature import build_signature
-from capeval.text.documents import prepare
+from capeval.text.documents import CaptionBatch, prepare_batch
 from capeval.text.stopwords import resolve_stopwords
 from capeval.text.tokenize import resolve_tokenizer
 from capeval.text.transport import MAX_DOCUMENT_WORDS, WMDResult, best_reference_wmd
@@ -100,32 +100,27 @@ class WMD:
         """
         predictions = check_predictions(predictions)
         references = check_references(references, len(predictions))
-        flat_refs = [r for refs in references for r in refs]
-        owner = np.repeat(np.arange(len(predictions)), [len(r) for r in references])
-        prepared = prepare(
-            predictions + flat_refs,
+        batch = prepare_batch(
+            predictions,
+            references,
             self.vectors,
             self.stopwords,
             self.tokenizer,
             self.normalize_vectors,
             exclude=self.excluded,
         )
-        docs = prepared.documents
-        cand_doc = prepared.doc[: len(predictions)]
-        ref_doc = prepared.doc[len(predictions) :]
-        _check_document_sizes(docs.sizes, cand_doc, ref_doc, references)
+        _check_document_sizes(batch)
         result = best_reference_wmd(
-            docs, cand_doc, ref_doc, owner, prune=self.prune, num_workers=self.num_workers
+            batch.documents,
+            batch.candidate_doc,
+            batch.reference_doc,
+            batch.owner,
+            prune=self.prune,
+            num_workers=self.num_workers,
         )
         self.last_stats = result
-        sizes = docs.sizes
-        warn_empty("predictions", np.flatnonzero(sizes[cand_doc] == 0), "score 0, distance inf")
-        empty_refs = np.flatnonzero(sizes[ref_doc] == 0)
-        warn_empty(
-            "references",
-            [(int(owner[k]), int(k - np.searchsorted(owner, owner[k]))) for k in empty_refs],
-            "they cannot be the best reference",
-        )
+        warn_empty("predictions", batch.empty_candidates(), "score 0, distance inf")
+        warn_empty("references", batch.empty_references(), "they cannot be the best reference")
         distances = result.distances
         scores = np.exp(-distances / self.sigma)  # exp(-inf) = 0: no NaN, no inf in the mean
         return {
@@ -136,8 +131,9 @@ class WMD:
         }
 
 
-def _check_document_sizes(sizes: np.ndarray, cand_doc: np.ndarray, ref_doc: np.ndarray, references) -> None:
+def _check_document_sizes(batch: CaptionBatch) -> None:
     """Refuse a caption with more distinct in-vocabulary words than ``MAX_DOCUMENT_WORDS`` (see transport)."""
+    sizes = batch.documents.sizes
     big = np.flatnonzero(sizes > MAX_DOCUMENT_WORDS)
     if not len(big):
         return
@@ -146,17 +142,15 @@ def _check_document_sizes(sizes: np.ndarray, cand_doc: np.ndarray, ref_doc: np.n
         "pair grows with the product of both sides' words (two 5,000-word texts need 3.2 GB). Split the text "
         "into captions, or score long texts with another metric"
     )
-    over = np.flatnonzero(np.isin(cand_doc, big))
+    over = np.flatnonzero(np.isin(batch.candidate_doc, big))
     if len(over):
         i = int(over[0])
         raise ValueError(
-            f"prediction {i} has {int(sizes[cand_doc[i]]):,} distinct in-vocabulary words ({len(over)} "
-            f"prediction(s) over the limit); {why}"
+            f"prediction {i} has {int(sizes[batch.candidate_doc[i]]):,} distinct in-vocabulary words "
+            f"({len(over)} prediction(s) over the limit); {why}"
         )
-    k = int(np.flatnonzero(np.isin(ref_doc, big))[0])
-    lengths = np.cumsum([len(r) for r in references])
-    i = int(np.searchsorted(lengths, k, side="right"))
-    j = k - (int(lengths[i - 1]) if i else 0)
+    k = int(np.flatnonzero(np.isin(batch.reference_doc, big))[0])
     raise ValueError(
-        f"reference {j} of item {i} has {int(sizes[ref_doc[k]]):,} distinct in-vocabulary words; {why}"
+        f"reference {int(batch.position[k])} of item {int(batch.owner[k])} has "
+        f"{int(sizes[batch.reference_doc[k]]):,} distinct in-vocabulary words; {why}"
     )

@@ -152,6 +152,59 @@ def default_tokenizer(text: str) -> list[str]:
     return coco_tokens(text)
 
 
+@dataclass
+class CaptionBatch:
+    """Candidates and their references as the documents of one batch (what WMD and WEmbSim compare).
+
+    Attributes:
+        documents: the batch's distinct documents.
+        candidate_doc: (N,) the document of each candidate.
+        reference_doc: (M,) the document of each reference, all references flattened in input order.
+        owner: (M,) the candidate each reference belongs to.
+        position: (M,) its index among that candidate's references.
+    """
+
+    documents: Documents
+    candidate_doc: np.ndarray
+    reference_doc: np.ndarray
+    owner: np.ndarray
+    position: np.ndarray
+
+    def empty_candidates(self) -> list[int]:
+        """Candidates left without any in-vocabulary word."""
+        return np.flatnonzero(self.documents.sizes[self.candidate_doc] == 0).tolist()
+
+    def empty_references(self) -> list[tuple[int, int]]:
+        """(candidate, position) of each reference left without any in-vocabulary word."""
+        empty = np.flatnonzero(self.documents.sizes[self.reference_doc] == 0)
+        return [(int(self.owner[k]), int(self.position[k])) for k in empty]
+
+
+def prepare_batch(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    vectors: WordVectors,
+    stopwords: frozenset[str],
+    tokenizer: Callable[[str], list[str]],
+    normalize: bool = False,
+    exclude: frozenset[str] = frozenset(),
+) -> CaptionBatch:
+    """``prepare`` over candidates and their references together (a reference shared by several candidates
+    is one document); arguments as ``prepare``'s, ``references`` one list per prediction."""
+    lengths = [len(refs) for refs in references]
+    owner = np.repeat(np.arange(len(predictions)), lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat = [r for refs in references for r in refs]
+    prepared = prepare([*predictions, *flat], vectors, stopwords, tokenizer, normalize, exclude=exclude)
+    return CaptionBatch(
+        documents=prepared.documents,
+        candidate_doc=prepared.doc[: len(predictions)],
+        reference_doc=prepared.doc[len(predictions) :],
+        owner=owner,
+        position=np.arange(len(flat)) - starts[owner],
+    )
+
+
 def mean_embeddings(docs: Documents) -> np.ndarray:
     """(n_docs, D) mean word embedding of each document (zeros for an empty one).
 
