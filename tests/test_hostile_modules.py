@@ -269,3 +269,13 @@ def test_emscore_compute_refuses_an_idf_table_with_string_keys(item4_modules, it
             idf={"320": 1.0},
             **item4_options["emscore"],
         )
+
+
+# --- Item 6 (modules): add() of a caption without visible text ---
+
+
+def test_add_refuses_a_caption_without_visible_text_like_add_batch_does():
+    module = evaluate.load("metrics/wmd")
+    for caption in ("", "   ", "\u200b\u200d", "\x00"):
+        with pytest.raises(ValueError, match="prediction is an empty caption"):
+            module.add(prediction=caption, reference=["a dog"])

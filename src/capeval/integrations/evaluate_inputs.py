@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 
-from capeval.validation import check_predictions, check_reference_list, check_references
+from capeval.validation import check_predictions, check_reference_list, check_references, has_visible_text
 
 REFERENCES = ("required", "optional", "ignored")
 
@@ -108,8 +108,8 @@ class GuardedMetric:
                     f"prediction must be a string (one caption), got {type(prediction).__name__} "
                     f"({prediction!r:.60}); add_batch takes lists"
                 )
-            if not prediction.strip():
-                raise ValueError("prediction is an empty caption")
+            if not has_visible_text(prediction):
+                raise ValueError(f"prediction is an empty caption (no visible text: {prediction!r:.40})")
             if self.references_input != "ignored":
                 if reference is None:
                     if self.references_input == "required":
