@@ -644,3 +644,14 @@ def test_npy_parquet_folder_whose_npy_claims_more_rows_is_refused(tmp_path):
     assert isinstance(error, ValueError)
     assert "v_emb.npy: its header claims an array of shape (3000000000, 4)" in str(error)
     assert peak < _ITEM9_BOUND
+
+
+# --- Item 1: the one codec gensim 3 files need ---
+
+
+@pytest.mark.parametrize("encoding", ["rot13", "zlib", "base64", "utf-16"])
+def test_codecs_encode_serves_only_latin1_as_protocol_2_bytes_need(tmp_path, encoding):
+    path = tmp_path / "codec.kv"
+    path.write_bytes(dumps(Call("_codecs", "encode", ("abc", encoding)), protocol=2))
+    with pytest.raises(ValueError, match=rf"codec\.kv: refusing _codecs\.encode with encoding '{encoding}'"):
+        load_vectors(path)

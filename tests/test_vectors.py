@@ -231,3 +231,110 @@ def test_in_memory_keyedvectors_get_a_content_tag(small_kv):
     assert wv.keyed_vectors is small_kv
     assert wv.tag.startswith("keyedvectors-KeyedVectors@") and wv.tag.endswith(":12x50")
     assert load_vectors(wv) is wv
+
+
+def _gensim3_pickle(obj, renames: dict[str, str]) -> bytes:
+    """``obj`` pickled as gensim 3 wrote it under Python 3 (protocol 2: text GLOBALs, bytes through
+    ``_codecs.encode``), with class names and numpy 1's module names restored by ``renames``."""
+    data = pickle.dumps(obj, protocol=2)
+    for new, old in renames.items():
+        data = data.replace(new.encode() + b"\n", old.encode() + b"\n")
+    return data
+
+
+def _recorded_globals(data: bytes) -> set[tuple[str, str]]:
+    """The (module, name) of every GLOBAL opcode of a protocol-2 pickle, read without unpickling."""
+    import pickletools
+
+    return {tuple(arg.split(" ", 1)) for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
+
+
+def test_gensim3_keyedvectors_layout_loads_as_gensim_loads_it(tmp_path, small_kv):
+    """Structure of gensim's own test file gensim/test/test_data/old_keyedvectors_320.dat (gensim 3.2.0,
+    github.com/piskvorky/gensim): an EuclideanKeyedVectors with syn0, index2word and a vocab of Vocab records,
+    numpy 1 module names, array bytes through _codecs.encode. That file itself loads equal to gensim's own
+    KeyedVectors.load (checked by hand against a fetched copy); this one is built here."""
+    from gensim.models import KeyedVectors
+    from gensim.models.keyedvectors import CompatVocab
+
+    old = KeyedVectors.__new__(KeyedVectors)
+    old.__dict__.update(
+        syn0=np.asarray(small_kv.vectors, dtype=np.float32),
+        index2word=list(small_kv.index_to_key),
+        vocab={w: CompatVocab(index=i, count=100 - i) for i, w in enumerate(small_kv.index_to_key)},
+        vector_size=50,
+    )
+    data = _gensim3_pickle(
+        old,
+        {
+            "gensim.models.keyedvectors\nKeyedVectors": "gensim.models.keyedvectors\nEuclideanKeyedVectors",
+            "gensim.models.keyedvectors\nCompatVocab": "gensim.models.keyedvectors\nVocab",
+            "numpy._core.multiarray": "numpy.core.multiarray",
+        },
+    )
+    # The globals gensim's old_keyedvectors_320.dat names, as recorded from the fetched file.
+    assert _recorded_globals(data) == {
+        ("_codecs", "encode"),
+        ("gensim.models.keyedvectors", "EuclideanKeyedVectors"),
+        ("gensim.models.keyedvectors", "Vocab"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy.core.multiarray", "_reconstruct"),
+    }
+    path = tmp_path / "old_keyedvectors.dat"
+    path.write_bytes(data)
+    theirs = KeyedVectors.load(str(path))
+    ours = load_vectors(path).keyed_vectors
+    assert ours.index_to_key == theirs.index_to_key == small_kv.index_to_key
+    for w in small_kv.index_to_key:
+        np.testing.assert_array_equal(ours[w], theirs[w])
+
+
+def test_gensim3_word2vec_model_layout_loads_its_vectors_and_drops_the_training_state(tmp_path, small_kv):
+    """Structure of gensim/test/test_data/model-from-gensim-3.8.0.w2v (github.com/piskvorky/gensim): a Word2Vec
+    whose vocabulary and trainables are separate objects saved recursively, a numpy RandomState, hash as its
+    hash function. capeval keeps only ``wv``; the training state resolves to an inert stand-in."""
+    from gensim.models import KeyedVectors, Word2Vec
+    from gensim.models.keyedvectors import CompatVocab
+    from gensim.models.word2vec import Word2VecTrainables, Word2VecVocab
+
+    wv = KeyedVectors.__new__(KeyedVectors)
+    wv.__dict__.update(
+        vectors=np.asarray(small_kv.vectors, dtype=np.float32),
+        index2word=list(small_kv.index_to_key),
+        vocab={w: CompatVocab(index=i, count=100 - i) for i, w in enumerate(small_kv.index_to_key)},
+        vector_size=50,
+    )
+    vocabulary, trainables = Word2VecVocab(), Word2VecTrainables()
+    vocabulary.__dict__.update(min_count=1, sample=0.001, max_vocab_size=None, sorted_vocab=1, null_word=0)
+    vocabulary.raw_vocab = {}
+    trainables.__dict__.update(hashfxn=hash, layer1_size=50, seed=1, syn1neg=np.zeros((12, 50), np.float32))
+    model = Word2Vec.__new__(Word2Vec)
+    model.__dict__.update(
+        wv=wv,
+        vocabulary=vocabulary,
+        trainables=trainables,
+        random=np.random.RandomState(1),
+        negative=5,
+        sg=0,
+        window=5,
+        iter=5,
+        corpus_count=2,
+    )
+    model.__dict__["__recursive_saveloads"] = ["vocabulary", "trainables", "wv"]
+    data = _gensim3_pickle(
+        model,
+        {
+            "gensim.models.keyedvectors\nKeyedVectors": "gensim.models.keyedvectors\nWord2VecKeyedVectors",
+            "gensim.models.keyedvectors\nCompatVocab": "gensim.models.keyedvectors\nVocab",
+            "numpy.random._pickle\n__randomstate_ctor": "numpy.random\n__RandomState_ctor",
+            "numpy._core.multiarray": "numpy.core.multiarray",
+        },
+    )
+    assert {("numpy.random", "__RandomState_ctor"), ("__builtin__", "hash")} <= _recorded_globals(data)
+    path = tmp_path / "model-from-gensim-3.8.w2v"
+    path.write_bytes(data)
+    ours = load_vectors(path).keyed_vectors
+    assert ours.index_to_key == small_kv.index_to_key
+    for w in small_kv.index_to_key:
+        np.testing.assert_array_equal(ours[w], small_kv[w])

@@ -71,6 +71,19 @@ def _bounded_constructors(limit: int) -> tuple[object, object]:
     return reconstruct, bounded_bytearray
 
 
+def _gensim_version() -> str:
+    from importlib.metadata import version
+
+    return version("gensim")
+
+
+def _latin1_bytes(text: str, encoding: str = "latin1", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes, and nothing else."""
+    if encoding not in ("latin1", "latin-1") or errors != "strict" or not isinstance(text, str):
+        raise UnsafeVectorsFile(f"refusing _codecs.encode with encoding {encoding!r} in a vectors file")
+    return text.encode("latin1")
+
+
 def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
     """Every (module, name) a gensim 3.8/4.x vectors or model pickle may name, and what it resolves to; the
     constructors that allocate are bounded by ``limit`` bytes (the pickle's size)."""
@@ -95,6 +108,8 @@ def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
         ("gensim.models.fasttext", "FastTextTrainables"),
         ("gensim.utils", "call_on_class_only"),
         ("builtins", "hash"),
+        ("__builtin__", "hash"),  # Python 2 era files
+        ("numpy.random", "__RandomState_ctor"),  # numpy < 1.17
         ("numpy.random._pickle", "__randomstate_ctor"),
         ("numpy.random._pickle", "__bit_generator_ctor"),
         ("numpy.random._pickle", "__generator_ctor"),
@@ -116,8 +131,12 @@ def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
     for name in ("set", "frozenset", "complex", "int", "float"):
         allowed["builtins", name] = getattr(__import__("builtins"), name)
         allowed["__builtin__", name] = allowed["builtins", name]
+    allowed["__builtin__", "long"] = int
     for module in ("builtins", "__builtin__"):
         allowed[module, "bytearray"] = bounded_bytearray
+    # Python 3 writes bytes under pickle protocol 2 as _codecs.encode(text, "latin1"): gensim 3 files hold
+    # their arrays' data so. Only that codec is served (any other encoding name is refused).
+    allowed["_codecs", "encode"] = _latin1_bytes
     allowed["collections", "OrderedDict"] = collections.OrderedDict
     allowed["collections", "defaultdict"] = collections.defaultdict
     return allowed
@@ -175,7 +194,13 @@ def load_gensim_vectors(path: Path):
     if isinstance(obj, FastText) and "bucket" in obj.__dict__:
         kv.bucket = obj.__dict__["bucket"]  # pre-4.0 FastText kept it on the model (gensim moves it so too)
     # gensim's up-conversion of older layouts, through the class: the sidecar lists are already consumed.
-    type(kv)._load_specials(kv, str(path), None if compress else "r", compress, subname)
+    try:
+        type(kv)._load_specials(kv, str(path), None if compress else "r", compress, subname)
+    except (TypeError, AttributeError, KeyError) as err:
+        # gensim's own refusal of layouts it no longer reads (e.g. fastText files before gensim 3.8).
+        raise ValueError(
+            f"vectors {path}: gensim {_gensim_version()} cannot read this file's layout: {err}"
+        ) from err
     return kv
 
 
@@ -196,6 +221,8 @@ def _load_sidecars(obj, fname: str, mmap, compress: bool, subname, depth: int = 
 
     for attrib in names("__recursive_saveloads"):
         child = state.get(attrib)
+        if isinstance(child, _Dropped):
+            continue  # a whole model's training state (gensim 3's vocabulary, trainables): never read
         if depth > 2 or not isinstance(child, (KeyedVectors, Word2Vec)):
             raise UnsafeVectorsFile(f"refusing sidecar attribute {attrib!r}: a {type(child).__name__}")
         _load_sidecars(child, f"{fname}.{attrib}", mmap, compress, subname, depth + 1)
