@@ -216,3 +216,25 @@ def test_the_public_api_of_the_readme_resolves():
     assert all(callable(getattr(capeval, name)) for name in names)
     assert capeval.METRICS == ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
     assert capeval.W_CLIP_S == 2.5 and capeval.W_PAC_S == 2.0 and capeval.PREFIX == "A photo depicts"
+
+
+def test_every_module_imports_first_in_a_fresh_package():
+    """Each module imported before any other capeval module: a cycle that runs through a package's ``__init__``
+    (which the static walk does not count) fails here as a partially initialised module."""
+    code = (
+        "import importlib, sys\n"
+        f"names = {sorted(m for m in MODULES if m not in EXEMPT)!r}\n"
+        "failed = []\n"
+        "for name in names:\n"
+        "    for loaded in [m for m in sys.modules if m == 'capeval' or m.startswith('capeval.')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError as err:\n"
+        "        failed.append(f'{name}: {err}')\n"
+        "print('\\n'.join(failed))\n"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""

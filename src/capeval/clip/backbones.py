@@ -182,6 +182,30 @@ def _locate(model: str) -> tuple[Path, str]:
     return config_path.parent, config_path.parent.name[:7]
 
 
+def write_preprocessor_config(
+    folder: str | os.PathLike, image_size: int, mean: tuple = OPENAI_IMAGE_MEAN, std: tuple = OPENAI_IMAGE_STD
+) -> Path:
+    """Write CLIP's preprocessing (bicubic shorter-side resize, centre crop, ``mean``/``std``) as the
+    ``preprocessor_config.json`` transformers' CLIP folders carry, the file ``load_backbone`` reads back."""
+    cfg = {
+        "image_processor_type": "CLIPImageProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": image_size},
+        "resample": 3,
+        "do_center_crop": True,
+        "crop_size": {"height": image_size, "width": image_size},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(mean),
+        "image_std": list(std),
+        "do_convert_rgb": True,
+    }
+    path = Path(folder) / "preprocessor_config.json"
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
 def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, tuple, tuple]:
     """Input size from the vision config; mean/std from preprocessor_config.json, else OpenAI's."""
     size = int(config.vision_config.image_size)

@@ -8,13 +8,12 @@ exactly those of the released models; only the network is small and random.
 from __future__ import annotations
 
 import gzip
-import json
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from capeval.clip.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.clip.backbones import write_preprocessor_config
 
 VOCAB_SIZE = 49408  # 256 bytes x 2 + 48,894 merges + start/end-of-text
 BOS_ID, EOS_ID = 49406, 49407
@@ -122,25 +121,6 @@ def vit_l14_config():
         ),
         projection_dim=768,
     )  # fmt: skip
-
-
-def write_preprocessor_config(folder: Path, image_size: int) -> None:
-    """The CLIP preprocessing constants, in the file transformers' CLIP folders carry."""
-    cfg = {
-        "image_processor_type": "CLIPImageProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": image_size},
-        "resample": 3,
-        "do_center_crop": True,
-        "crop_size": {"height": image_size, "width": image_size},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(OPENAI_IMAGE_MEAN),
-        "image_std": list(OPENAI_IMAGE_STD),
-        "do_convert_rgb": True,
-    }
-    (Path(folder) / "preprocessor_config.json").write_text(json.dumps(cfg, indent=2))
 
 
 def save_clip_folder(model, tokenizer, folder: str | Path) -> Path:

@@ -53,26 +53,14 @@ def convert_pacscore_checkpoint(
 def save_model_folder(model, backbone, folder: str | os.PathLike, provenance: dict) -> Path:
     """Save a CLIPModel as a self-contained folder: safetensors weights, the backbone's tokenizer and
     preprocessing constants, and ``pacscore.json`` (where the weights came from)."""
+    # Imported here: backbones imports this package (for weights), whose __init__ imports this module.
+    from capeval.clip.backbones import write_preprocessor_config
+
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     backbone.tokenizer.save_pretrained(out)
-    size = backbone.image_size
-    preprocessing = {
-        "image_processor_type": "CLIPImageProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": size},
-        "resample": 3,
-        "do_center_crop": True,
-        "crop_size": {"height": size, "width": size},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(backbone.image_mean),
-        "image_std": list(backbone.image_std),
-        "do_convert_rgb": True,
-    }
-    (out / "preprocessor_config.json").write_text(json.dumps(preprocessing, indent=2))
+    write_preprocessor_config(out, backbone.image_size, backbone.image_mean, backbone.image_std)
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out
 
