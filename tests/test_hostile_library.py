@@ -19,6 +19,7 @@ from PIL import Image
 
 import capeval
 from capeval.clip.images import load_image
+from tests.threads import run_together
 
 # --- Item 2: image and frame identity (what the model sees, not the bytes that happen to be equal) ---
 
@@ -904,32 +905,13 @@ def test_a_valid_w_still_rescales_the_score(tiny_clip_dir):
 # --- Item 11: one scorer object used from several threads ---
 
 
-def _item11_run_in_threads(call, n: int = 4) -> list:
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def work(i: int) -> None:
-        barrier.wait()  # every thread enters the scorer at the same moment
-        try:
-            results[i] = call()
-        except Exception as err:  # noqa: BLE001 - reported in the assertion below
-            results[i] = err
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
 @pytest.mark.parametrize("name", ["clipscore", "refclipscore", "emscore", "wmd", "wembsim"])
 def test_one_scorer_called_from_four_threads_gives_each_the_sequential_result(item4_scorers, name):
     # Non-ASCII captions take the tokenizer's slow path, ASCII ones the shared word cache.
     preds, refs = ["a dark café image", "a bright image"], [["a black picture"], ["a white café picture"]]
     call = item4_scorers[name]
     sequential = call(preds, refs)
-    results = _item11_run_in_threads(lambda: call(preds, refs))
+    results = run_together(lambda: call(preds, refs))
     assert all(isinstance(r, dict) for r in results), results
     assert [r["scores"] for r in results] == [sequential["scores"]] * 4
     assert call(preds, refs)["scores"] == sequential["scores"]
@@ -940,7 +922,7 @@ def test_an_idf_defaultdict_is_never_written_to_so_threads_can_share_the_scorer(
     table = defaultdict(lambda: 1.0, {49406: 0.0, 49407: 0.5})
     before = dict(table)
     scorer = capeval.EMScore(model=str(tiny_clip_dir), device="cpu", idf=table)
-    results = _item11_run_in_threads(lambda: scorer(["a zebra runs", "two cats"], [["a horse"], ["cats"]]))
+    results = run_together(lambda: scorer(["a zebra runs", "two cats"], [["a horse"], ["cats"]]))
     assert all(isinstance(r, dict) for r in results), results
     assert len({tuple(r["scores"]) for r in results}) == 1
     assert dict(table) == before
@@ -980,7 +962,7 @@ def test_threads_meeting_a_new_tokenizer_build_its_word_cache_once(tiny_clip_dir
         return original(tok, cleaned)
 
     monkeypatch.setattr(tokenization, "_encode_with_tokenizer", counting)
-    caches = _item11_run_in_threads(lambda: tokenization._word_ids_for(tokenizer))
+    caches = run_together(lambda: tokenization._word_ids_for(tokenizer))
     assert len({id(c) for c in caches}) == 1 and caches[0] is not None
     assert len(probes) == 1
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import math
 import pickle
-import threading
 from pathlib import Path
 
 import evaluate
 import numpy as np
 import pytest
 from PIL import Image
+
+from tests.threads import run_together
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,25 +164,6 @@ def test_wmd_compute_refuses_a_non_finite_or_non_positive_sigma(item4_modules, s
 # --- Item 11: one module object from several threads ---
 
 
-def _item11_threads(call, n: int = 4) -> list:
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-
-    def work(i: int) -> None:
-        barrier.wait()  # all four enter compute together
-        try:
-            results[i] = call()
-        except Exception as err:  # noqa: BLE001 - reported by the assertion
-            results[i] = err
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
 @pytest.mark.parametrize("name", ITEM4_MODULES)
 def test_four_threads_computing_on_one_module_each_get_the_sequential_result(item4_options, name):
     module = evaluate.load(str(REPO / "metrics" / name))
@@ -192,7 +174,7 @@ def test_four_threads_computing_on_one_module_each_get_the_sequential_result(ite
         )
 
     sequential = call()
-    results = _item11_threads(call)
+    results = run_together(call)
     assert all(isinstance(r, dict) for r in results), results
     assert [r["scores"] for r in results] == [sequential["scores"]] * 4
     # Later calls work (evaluate's per-object writer and cache file were never torn down under a call).
