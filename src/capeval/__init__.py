@@ -38,6 +38,7 @@ _PUBLIC = {
     "encode_videos": "capeval.clip.frame_encoding",
     "load": "capeval.integrations.evaluate_modules",
     "module_path": "capeval.integrations.evaluate_modules",
+    "install_modules": "capeval.integrations.module_cache",
     "GuardedMetric": "capeval.integrations.evaluate_inputs",
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",

@@ -148,6 +148,51 @@ def _report(args, result: dict, per_image: dict) -> int:
     return 0
 
 
+_INSTALL_MODULES_HELP = """\
+Place the six evaluate modules of this capeval in evaluate's module cache, in the layout evaluate writes for a
+module it downloaded, so that evaluate.load("clipscore") works by bare name from any directory: at once with
+HF_EVALUATE_OFFLINE=1, and online after evaluate's Hub look-up of evaluate-metric/<name> misses.
+
+Conditions: the process that calls evaluate.load must see the same HF_MODULES_CACHE (default HF_HOME/modules)
+as this command; online, every such load first asks the Hub (HF_ENDPOINT) and falls back to the cache only
+because the Hub has no canonical module of that name; evaluate logs "Using the latest cached version of the
+module" each time. Idempotent: a second run writes nothing; after upgrading capeval, run it again: the
+current code replaces older copies of the six (evaluate would otherwise import the newest file among them).
+Prefer capeval.load("<name>") in code, which needs neither the cache nor the Hub.
+"""
+
+
+def _install_modules_command(args: argparse.Namespace) -> int:
+    from capeval.integrations.module_cache import default_modules_cache, install_modules
+
+    cache = args.modules_cache or default_modules_cache()
+    for item in install_modules(args.metrics, cache):
+        removed = f" (removed {len(item.removed)} older copies)" if item.removed else ""
+        print(f"{item.name}: {item.status}{removed} {item.script}")
+    return 0
+
+
+def _add_install_modules_parser(sub) -> None:
+    from capeval.registry import METRICS
+
+    install = sub.add_parser(
+        "install-modules",
+        help='make evaluate.load("<name>") work by bare name from any directory (evaluate\'s module cache)',
+        description=_INSTALL_MODULES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    install.add_argument(
+        "--metrics", nargs="+", default=list(METRICS), choices=METRICS, help="default: all six"
+    )
+    install.add_argument(
+        "--modules-cache",
+        metavar="DIR",
+        default=None,
+        help="evaluate's module cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, as evaluate reads them)",
+    )
+    install.set_defaults(func=_install_modules_command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from capeval import __version__
     from capeval.clip.backbones import DEFAULT_MODEL
@@ -198,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_corpus_arguments(score)
     score.set_defaults(func=_score_command)
+
+    _add_install_modules_parser(sub)
 
     try:
         from capeval.bench.cli import add_bench_parser
