@@ -28,9 +28,8 @@ from pathlib import Path
 from capeval.integrations.evaluate_modules import module_path
 from capeval.registry import METRICS
 
-HUB_NAMESPACE = (
-    "evaluate-metric"  # evaluate.loading.evaluation_module_factory: the first canonical type tried
-)
+# evaluate.loading.evaluation_module_factory: the first canonical type it tries, and the cache folder it falls back to.
+HUB_NAMESPACE = "evaluate-metric"
 MODULE_TYPE_DIR = "metrics"  # evaluate's module_type folder for metrics in the dynamic-modules tree
 _HASH_LENGTH = 64  # evaluate's CachedEvaluationModuleFactory only considers folders with names this long
 
@@ -48,13 +47,6 @@ class InstalledModule:
     hash: str
     status: str
     removed: list[str] = field(default_factory=list)
-
-    @property
-    def import_name(self) -> str:
-        """The dotted module name evaluate imports (``evaluate_modules.metrics.<folder>.<hash>.<name>``)."""
-        return ".".join(
-            ["evaluate_modules", MODULE_TYPE_DIR, self.script.parents[1].name, self.hash, self.name]
-        )
 
 
 def default_modules_cache() -> Path:
@@ -112,13 +104,16 @@ def install_module(name: str, modules_cache: str | os.PathLike | None = None) ->
     Raises:
         ValueError: unknown metric, or a module that is not a single self-contained script.
     """
-    from evaluate.loading import files_to_hash, init_dynamic_modules
+    from datasets.utils.filelock import FileLock
+    from evaluate import config
+    from evaluate.loading import files_to_hash
 
     source = module_path(name) / f"{name}.py"
     _check_self_contained(name, source)
     cache = Path(modules_cache) if modules_cache is not None else default_modules_cache()
-    # evaluate's own initialiser: <cache>/__init__.py and <cache>/evaluate_modules/__init__.py.
-    dynamic = Path(init_dynamic_modules(hf_modules_cache=str(cache)))
+    # The tree evaluate's init_dynamic_modules makes, written here because that function also appends the cache to
+    # sys.path, which would make this process import evaluate_modules from whichever cache came first.
+    dynamic = cache / config.MODULE_NAME_FOR_DYNAMIC_MODULES
     code_hash = files_to_hash([str(source)])
     module_dir = dynamic / MODULE_TYPE_DIR / f"{HUB_NAMESPACE}--{name}"
     hash_dir = module_dir / code_hash
@@ -127,18 +122,19 @@ def install_module(name: str, modules_cache: str | os.PathLike | None = None) ->
 
     hash_dir.mkdir(parents=True, exist_ok=True)
     changed = False
-    for folder in (module_dir.parent, module_dir, hash_dir):
-        changed |= _touch_init(folder)
-    changed |= _copy_if_different(source, script)
-    # evaluate records where the script came from beside it, as <name>.json.
-    meta = {"original file path": str(source), "local file path": str(script)}
-    changed |= _write_if_different(hash_dir / f"{name}.json", json.dumps(meta))
-
     removed = []
-    for other in sorted(module_dir.iterdir()):
-        if other.is_dir() and len(other.name) == _HASH_LENGTH and other.name != code_hash:
-            shutil.rmtree(other)
-            removed.append(other.name)
+    # The lock evaluate takes while it writes a module's folder (a concurrent evaluate.load or install waits).
+    with FileLock(f"{module_dir}.lock"):
+        for folder in (cache, dynamic, module_dir.parent, module_dir, hash_dir):
+            changed |= _touch_init(folder)
+        changed |= _copy_if_different(source, script)
+        # evaluate records where the script came from beside it, as <name>.json.
+        meta = {"original file path": str(source), "local file path": str(script)}
+        changed |= _write_if_different(hash_dir / f"{name}.json", json.dumps(meta))
+        for other in sorted(module_dir.iterdir()):
+            if other.is_dir() and len(other.name) == _HASH_LENGTH and other.name != code_hash:
+                shutil.rmtree(other)
+                removed.append(other.name)
     if not existed:
         status = "installed"
     elif changed or removed:
