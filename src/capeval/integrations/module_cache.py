@@ -12,7 +12,11 @@ ours. Conditions, named in the README and in the command's help:
   ``install_modules`` runs must be the one the user's process sees;
 - online, evaluate asks the Hub first; while the Hub has no canonical module of that name (none of the six
   names exists there) the miss costs one round of requests, after which the cache answers;
-- evaluate logs a warning ("Using the latest cached version of the module") on every such load.
+- evaluate logs a warning ("Using the latest cached version of the module") on every such load;
+- the copy is the one installed: run the command again after upgrading capeval (older copies are removed).
+
+The layout is evaluate 0.4's (pyproject.toml keeps evaluate < 0.5); tests/test_install_modules.py compares it
+with the folders evaluate itself writes for a module it downloads from a stand-in Hub.
 """
 
 from __future__ import annotations
