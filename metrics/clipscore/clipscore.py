@@ -64,14 +64,20 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
+class Clipscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "clipscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "CLIPScore"
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
+
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("string")}),
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "images": datasets.Image(decode=False)}
+            ),
             homepage="https://github.com/jmhessel/clipscore",
             codebase_urls=["https://github.com/jmhessel/clipscore"],
             reference_urls=["https://arxiv.org/abs/2104.08718"],
@@ -82,6 +88,9 @@ class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
         predictions,
         images=None,
         image_embeds=None,
+        references=None,
+        videos=None,
+        video_embeds=None,
         model=capeval.DEFAULT_MODEL,
         prefix=capeval.PREFIX,
         w=capeval.W_CLIP_S,
@@ -89,6 +98,8 @@ class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # references and videos belong to other modules of an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.CLIPScore(
             model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w
         )

@@ -83,10 +83,14 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class EMScore(capeval.GuardedMetric, evaluate.Metric):
+class Emscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "emscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "EMScore"
     # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
     # empty list per prediction (evaluate stores every declared input).
     references_input = "optional"
+    # Stored unchanged by capeval: a path, or the frames of an in-memory video each stored as an image.
+    media_input = "videos"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -99,6 +103,7 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "videos": capeval.VIDEO_FEATURE,
                 }
             ),
             homepage="https://github.com/ShiYaya/emscore",
@@ -112,6 +117,8 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
         references=None,
         videos=None,
         video_embeds=None,
+        images=None,
+        image_embeds=None,
         model=None,
         checkpoint=None,
         num_frames=capeval.NUM_FRAMES,
@@ -120,6 +127,8 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # images belong to the image modules of an evaluate.combine: accepted, unused.
+        videos = self._media_for_scorer(videos, video_embeds)
         scorer = capeval.EMScore(
             model=model,
             checkpoint=checkpoint,

@@ -85,7 +85,10 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class PACScore(capeval.GuardedMetric, evaluate.Metric):
+class Pacscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "pacscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "PACScore"
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
     # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
     # empty list per prediction (evaluate stores every declared input).
     references_input = "optional"
@@ -100,6 +103,7 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "images": datasets.Image(decode=False),
                 }
             ),
             homepage="https://github.com/aimagelab/pacscore",
@@ -113,6 +117,8 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
         references,
         images=None,
         image_embeds=None,
+        videos=None,
+        video_embeds=None,
         checkpoint=None,
         model=None,
         prefix=capeval.PREFIX,
@@ -121,6 +127,8 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # videos belong to emscore in an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.PACScore(
             checkpoint=checkpoint,
             model=model,

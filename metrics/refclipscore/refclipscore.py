@@ -68,8 +68,11 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
+class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "refclipscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "RefCLIPScore"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -81,6 +84,7 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "images": datasets.Image(decode=False),
                 }
             ),
             homepage="https://github.com/jmhessel/clipscore",
@@ -94,6 +98,8 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
         references,
         images=None,
         image_embeds=None,
+        videos=None,
+        video_embeds=None,
         model=capeval.DEFAULT_MODEL,
         prefix=capeval.PREFIX,
         w=capeval.W_CLIP_S,
@@ -102,6 +108,8 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # videos belong to emscore in an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.RefCLIPScore(
             model=model,
             device=device,

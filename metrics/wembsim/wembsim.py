@@ -58,7 +58,9 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class WEmbSim(capeval.GuardedMetric, evaluate.Metric):
+class Wembsim(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "wembsim", its folder's name, in evaluate.combine's keys.
+    metric_label = "WEmbSim"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
 
     def _info(self):
@@ -81,11 +83,16 @@ class WEmbSim(capeval.GuardedMetric, evaluate.Metric):
         self,
         predictions,
         references,
+        images=None,
+        image_embeds=None,
+        videos=None,
+        video_embeds=None,
         vectors=None,
         reduction=capeval.WEMBSIM_REDUCTION,
         stopwords="coco",
         normalize_vectors=False,
     ):
+        # images and videos belong to the image and video modules of an evaluate.combine: accepted, unused.
         scorer = capeval.WEmbSim(
             vectors=vectors, reduction=reduction, stopwords=stopwords, normalize_vectors=normalize_vectors
         )

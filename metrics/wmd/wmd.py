@@ -70,7 +70,9 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class WMD(capeval.GuardedMetric, evaluate.Metric):
+class Wmd(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "wmd", its folder's name, in evaluate.combine's keys.
+    metric_label = "WMD"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
 
     def _info(self):
@@ -97,12 +99,17 @@ class WMD(capeval.GuardedMetric, evaluate.Metric):
         self,
         predictions,
         references,
+        images=None,
+        image_embeds=None,
+        videos=None,
+        video_embeds=None,
         vectors=None,
         sigma=capeval.WMD_SIGMA,
         normalize_vectors=False,
         stopwords="coco",
         num_workers=None,
     ):
+        # images and videos belong to the image and video modules of an evaluate.combine: accepted, unused.
         scorer = capeval.WMD(
             vectors=vectors,
             sigma=sigma,

@@ -39,6 +39,7 @@ _PUBLIC = {
     "load": "capeval.integrations.evaluate_modules",
     "module_path": "capeval.integrations.evaluate_modules",
     "GuardedMetric": "capeval.integrations.evaluate_inputs",
+    "VIDEO_FEATURE": "capeval.integrations.evaluate_storage",
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",

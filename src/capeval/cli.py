@@ -113,9 +113,9 @@ def _score_command(args: argparse.Namespace) -> int:
         result = capeval.RefCLIPScore(**options)(captions, references=refs, images=paths)
         per_image = {
             i: {"CLIPScore": c, "RefCLIPScore": r}
-            for i, c, r in zip(ids, result["clipscore_scores"], result["scores"], strict=True)
+            for i, c, r in zip(ids, result["clip_s_scores"], result["scores"], strict=True)
         }
-        print(f"CLIPScore: {result['clipscore']:.4f}")
+        print(f"CLIPScore: {result['clip_s']:.4f}")
         print(f"RefCLIPScore: {result['refclipscore']:.4f}")
     return _report(args, result, per_image)
 

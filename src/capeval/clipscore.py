@@ -226,8 +226,9 @@ class RefCLIPScore(CLIPScore):
         """Score each caption against its image and its references.
 
         Returns:
-            dict: ``refclipscore`` (mean), ``scores`` (RefCLIP-S per caption), ``clipscore``,
-            ``clipscore_scores``, ``signature``.
+            dict: ``refclipscore`` (mean), ``scores`` (RefCLIP-S per caption), ``clip_s`` (mean CLIP-S of the
+            same captions), ``clip_s_scores`` (CLIP-S per caption), ``signature``. (The CLIP-S part is not named
+            ``clipscore``: beside the clipscore module in ``evaluate.combine``, its keys would collide.)
         """
         predictions = check_predictions(predictions)
         if not predictions:
@@ -251,7 +252,7 @@ class RefCLIPScore(CLIPScore):
         return {
             self.name: float(per.mean()),
             "scores": per.tolist(),
-            "clipscore": float(clip_per.mean()),
-            "clipscore_scores": clip_per.tolist(),
+            "clip_s": float(clip_per.mean()),
+            "clip_s_scores": clip_per.tolist(),
             "signature": self.signature,
         }

@@ -107,8 +107,8 @@ class PACScore(RefCLIPScore):
         # RefCLIPScore's recipe is RefPAC-S's; its keys are renamed (its headline sits under self.name).
         out = RefCLIPScore.__call__(self, predictions, references, images=images, image_embeds=image_embeds)
         return {
-            "pacscore": out["clipscore"],
-            "scores": out["clipscore_scores"],
+            "pacscore": out["clip_s"],
+            "scores": out["clip_s_scores"],
             "refpacscore": out[self.name],
             "refpacscore_scores": out["scores"],
             "signature": out["signature"],

@@ -292,6 +292,8 @@ _OPTION_RULES: dict[str, Callable] = {
     "prune": lambda v: check_flag("prune", v),
 }
 
+OPTION_RULE_NAMES = frozenset(_OPTION_RULES)  # the options check_options has a rule for
+
 
 def check_options(**options) -> dict:
     """The shared options of a metric, each checked by its rule; returns them normalised (``batch_size`` an

@@ -145,12 +145,12 @@ class RefCLIPScorePanel(ImagePanel):
         result = scorer(cands, [refs] * len(cands), images=[path] * len(cands))
         rows = [
             Row(c, s, {"CLIP-S": cs})
-            for c, s, cs in zip(cands, result["scores"], result["clipscore_scores"], strict=True)
+            for c, s, cs in zip(cands, result["scores"], result["clip_s_scores"], strict=True)
         ]
         return Scored(
             rows=rows,
             corpus=result["refclipscore"],
-            corpus_extra={"CLIP-S": result["clipscore"]},
+            corpus_extra={"CLIP-S": result["clip_s"]},
             result=result,
         )
 
