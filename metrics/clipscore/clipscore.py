@@ -30,7 +30,9 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): candidate captions, one per image.
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same model (they are L2-normalised here).
     model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
@@ -40,6 +42,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/clipscore", model=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     clipscore (`float`): mean CLIP-S over the predictions.
     scores (`list` of `float`): CLIP-S of each prediction, in input order.
@@ -60,6 +65,14 @@ Examples:
     True
     >>> sorted(results)
     ['clipscore', 'scores', 'signature']
+
+    Images stream with their captions (an evaluation loop keeps none of them), options set when loading:
+
+    >>> clipscore = evaluate.load("metrics/clipscore", model=str(shapes_clip_path()))
+    >>> clipscore.add_batch(predictions=["a red circle on the left"], images=[image])
+    >>> clipscore.add(prediction="a blue square on the right", images=image)
+    >>> clipscore.compute()["scores"] == results["scores"]
+    True
 """
 
 

@@ -33,7 +33,9 @@ Args:
     references (`list` of `list` of `str`, optional): reference captions of each prediction. When given,
         RefPAC-S is returned as well.
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same PAC-S model.
     checkpoint (`str`): the PAC-S weights (required): the authors' .pth file (clip_ViT-B-32.pth,
@@ -47,6 +49,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/pacscore", checkpoint=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     pacscore (`float`): mean PAC-S over the predictions.
     scores (`list` of `float`): PAC-S of each prediction, in input order.
@@ -81,6 +86,14 @@ Examples:
     True
     >>> sorted(results)
     ['pacscore', 'refpacscore', 'refpacscore_scores', 'scores', 'signature']
+
+    Images stream with their captions, the checkpoint set when loading:
+
+    >>> pacscore = evaluate.load("metrics/pacscore", checkpoint=str(shapes_clip_path()))
+    >>> pacscore.add_batch(predictions=["a red circle on the left"], images=[image])
+    >>> pacscore.add_batch(predictions=["a blue square on the right"], images=[image])
+    >>> sorted(pacscore.compute())
+    ['pacscore', 'scores', 'signature']
 """
 
 

@@ -32,7 +32,9 @@ Args:
     predictions (`list` of `str`): candidate captions, one per image.
     references (`list` of `list` of `str`): the reference captions of each prediction (at least one each).
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings.
     model (`str`): CLIP backbone, a Hub id or a local transformers folder.
         Defaults to "openai/clip-vit-base-patch32".
@@ -43,11 +45,15 @@ Args:
     batch_size (`int`): encoder batch size. Defaults to 64.
     device (`str`): "cpu", "cuda", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/refclipscore", model=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     refclipscore (`float`): mean RefCLIP-S.
     scores (`list` of `float`): RefCLIP-S of each prediction.
-    clipscore (`float`): mean CLIP-S of the same predictions.
-    clipscore_scores (`list` of `float`): CLIP-S of each prediction.
+    clip_s (`float`): mean CLIP-S of the same predictions (not named `clipscore`, which is the clipscore
+        module's key in `evaluate.combine`).
+    clip_s_scores (`list` of `float`): CLIP-S of each prediction.
     signature (`str`): model, revision and every option that changes the numbers, with library versions.
 Examples:
     >>> import evaluate
@@ -63,7 +69,18 @@ Examples:
     >>> results["scores"][0] > results["scores"][1]
     True
     >>> sorted(results)
-    ['clipscore', 'clipscore_scores', 'refclipscore', 'scores', 'signature']
+    ['clip_s', 'clip_s_scores', 'refclipscore', 'scores', 'signature']
+
+    Images stream with their captions and references, options set when loading:
+
+    >>> refclipscore = evaluate.load("metrics/refclipscore", model=str(shapes_clip_path()))
+    >>> refclipscore.add_batch(
+    ...     predictions=["a green triangle at the top", "a yellow circle at the bottom"],
+    ...     references=[["a green triangle at the top"], ["a green triangle at the top"]],
+    ...     images=[image, image],
+    ... )
+    >>> refclipscore.compute()["scores"] == results["scores"]
+    True
 """
 
 

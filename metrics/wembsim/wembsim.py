@@ -37,6 +37,9 @@ Args:
     stopwords (`str` or `list` of `str`): "coco" (NLTK's English list as the COCO toolkit ships it,
         default), "none", or your own words.
     normalize_vectors (`bool`): average unit-length word vectors. Defaults to False (raw vectors).
+    Every option can also be given when loading, `evaluate.load("metrics/wembsim", vectors=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     wembsim (`float`): mean score over the predictions.
     scores (`list` of `float`): per prediction, the combined cosine in [-1, 1].

@@ -47,6 +47,9 @@ Args:
         vectors, as gensim 3 computed WMD for the toolkit.
     stopwords (`str` or `list` of `str`): "coco" (the toolkit's list, default), "none", or your own words.
     num_workers (`int`): processes for the transport problems; None uses them only for large problems.
+    Every option can also be given when loading, `evaluate.load("metrics/wmd", vectors=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     wmd (`float`): mean score over the predictions.
     scores (`list` of `float`): exp(-WMD / sigma) with the best reference, per prediction, in [0, 1].

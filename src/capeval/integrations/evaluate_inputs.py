@@ -43,6 +43,7 @@ MEDIA = ("images", "videos")
 INPUTS = ("predictions", "references", "images", "image_embeds", "videos", "video_embeds")
 _EMBEDS = {"images": "image_embeds", "videos": "video_embeds"}
 _STORE = {"images": stored_image, "videos": stored_video}
+_READ = {"images": lambda item: item, "videos": read_stored_video}
 # What evaluate.load passes to every module's constructor (EvaluationModule.__init__'s own parameters).
 _EVALUATE_INIT = frozenset(
     {
@@ -172,12 +173,12 @@ class GuardedMetric:
                 f"{call} takes {name}=, not {_EMBEDS[name]}= (precomputed embeddings are given to compute(), "
                 "for every prediction stored)"
             )
+        store = _STORE[name]
         media = kwargs.get(name)
         if media is None:
-            return {**kwargs, name: [None] * n}
+            return {**kwargs, name: [store(None, i) for i in range(n)]}
         check_same_length(name, media, n)  # a stacked array or tensor is one image (or video) per row
-        store = _STORE[name]
-        return {**kwargs, name: [None if item is None else store(item, i) for i, item in enumerate(media)]}
+        return {**kwargs, name: [store(item, i) for i, item in enumerate(media)]}
 
     def _media_for_scorer(self, column, embeds):
         """In ``_compute``: the stored images (or videos) for the plain API, or ``None`` where embeddings (or, for
@@ -187,7 +188,7 @@ class GuardedMetric:
             ValueError: some predictions stored with an image and others without, or images and embeddings both.
         """
         name = self.media_input
-        column = [] if column is None else list(column)
+        column = [] if column is None else [_READ[name](item) for item in column]
         given = [i for i, item in enumerate(column) if item is not None]
         if embeds is not None:
             if given:
@@ -205,7 +206,7 @@ class GuardedMetric:
                 f"{given[0]} has one: give {name}= with every add/add_batch, or {_EMBEDS[name]}= to compute() "
                 "for all of them"
             )
-        return column if name == "images" else [read_stored_video(item) for item in column]
+        return column
 
     def compute(self, *, predictions=None, references=None, **kwargs):
         """evaluate's ``compute``, after every input is checked; load-time options under these; one call at a

@@ -15,7 +15,8 @@ it, and read back by capeval's reader (``capeval.clip.images``), never decoded b
   dict passes through (its bytes win over its path, as capeval reads it).
 
 In-memory images are checked (shape, dtype, size, aspect ratio, sample range) before they are stored, paths are
-checked to exist. A video is a path, or its frames stored one by one as images.
+checked to exist. A video is a path, or its frames stored one by one as images; evaluate checks that the first
+row's strings are strings, so "no path" is ``""`` and a prediction without a video is ``NO_VIDEO``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from capeval.clip.npy_images import npy_bytes
 
 IMAGE_FEATURE = datasets.Image(decode=False)
 VIDEO_FEATURE = {"path": datasets.Value("string"), "frames": datasets.List(datasets.Image(decode=False))}
+NO_VIDEO = {"path": "", "frames": []}
 
 PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})  # PNG stores these exactly (a test proves it)
 TIFF_MODES = frozenset({"I", "F", "I;16B", "CMYK", "LAB"})  # PNG cannot; TIFF can (checked on every image)
@@ -58,13 +60,16 @@ def _pil_bytes(image: Image.Image, what: str) -> bytes:
     )
 
 
-def stored_image(image, index: int) -> dict:
-    """One image input as the ``{"bytes", "path"}`` dict evaluate stores, checked first.
+def stored_image(image, index: int) -> dict | None:
+    """One image input as the ``{"bytes", "path"}`` dict evaluate stores, checked first (``None`` stays ``None``:
+    no image for this prediction, its embedding given to ``compute``).
 
     Raises:
         TypeError: not an image input.
         ValueError: a missing path; an in-memory image capeval would refuse to score; a PIL mode it cannot store.
     """
+    if image is None:
+        return None
     if isinstance(image, (str, os.PathLike)):
         image_key(image, index)  # exists and is a regular file: refused now, not at compute()
         return {"bytes": None, "path": os.fspath(image)}
@@ -84,16 +89,19 @@ def stored_image(image, index: int) -> dict:
 
 
 def stored_video(video, index: int) -> dict:
-    """One video input as the ``VIDEO_FEATURE`` dict: a path, or its frames each stored as an image.
+    """One video input as the ``VIDEO_FEATURE`` dict: a path, or its frames each stored as an image; ``None``
+    (no video for this prediction) as ``NO_VIDEO``.
 
     A (T, H, W, C) array or (T, C, H, W) tensor is stored frame by frame, as capeval reads it.
     """
+    if video is None:
+        return dict(NO_VIDEO)
     if isinstance(video, (str, os.PathLike)):
         path = os.fspath(video)
         if not os.path.isfile(path):
             what = "is a folder, not a video file" if os.path.isdir(path) else "file not found"
             raise ValueError(f"video {index} ({path!r}): {what}")
-        return {"path": path, "frames": None}
+        return {"path": path, "frames": []}
     if isinstance(video, (np.ndarray, torch.Tensor)):
         if video.ndim != 4:
             raise ValueError(
@@ -114,13 +122,13 @@ def stored_video(video, index: int) -> dict:
             frames.append(stored_image(frame, j))
         except (TypeError, ValueError) as err:
             raise type(err)(f"video {index}, frame {j}: {err}") from err
-    return {"path": None, "frames": frames}
+    return {"path": "", "frames": frames}
 
 
 def read_stored_video(stored: dict | None):
-    """The video input a stored ``VIDEO_FEATURE`` dict stands for: its path or its list of frame dicts."""
+    """The video input a stored ``VIDEO_FEATURE`` dict stands for: its path, its list of frame dicts, or ``None``."""
     if stored is None:
         return None
-    if stored.get("path") is not None:
+    if stored.get("path"):
         return stored["path"]
-    return stored["frames"]
+    return stored.get("frames") or None
