@@ -164,8 +164,12 @@ class GuardedMetric:
 
     def _stored_media(self, kwargs: dict, n: int, call: str) -> dict:
         """``kwargs`` with the images (or videos) of ``n`` predictions as evaluate stores them: each encoded
-        losslessly by ``evaluate_storage``, or ``None`` per row when none are given (embeddings at compute)."""
+        losslessly by ``evaluate_storage``, or ``None`` per row when none are given (embeddings at compute).
+        The inputs of other modules (a text metric given ``images=``) are accepted and left out, as ``compute``
+        ignores them."""
         name = self.media_input
+        own = {name, _EMBEDS.get(name)}
+        kwargs = {key: value for key, value in kwargs.items() if key not in INPUTS or key in own}
         if name is None:
             return kwargs
         if _EMBEDS[name] in kwargs:
@@ -224,7 +228,9 @@ class GuardedMetric:
                 if kwargs.get(name) is not None and kwargs.get(_EMBEDS[name]) is not None:
                     raise ValueError(f"pass {name}= or {_EMBEDS[name]}=, not both")
                 if predictions is not None:
-                    kwargs.setdefault(name, None)  # evaluate needs every declared input; add_batch fills it in
+                    kwargs.setdefault(
+                        name, None
+                    )  # evaluate needs every declared input; add_batch fills it in
             options = {**self._load_options, **kwargs}
             return super().compute(predictions=predictions, references=references, **options)
 
@@ -267,4 +273,6 @@ class GuardedMetric:
                 item = kwargs.pop(name, item)
                 kwargs = self._stored_media({**kwargs, name: None if item is None else [item]}, 1, "add")
                 kwargs[name] = kwargs[name][0]
+            else:
+                kwargs = self._stored_media(kwargs, 1, "add")
             return super().add(prediction=prediction, reference=reference, **kwargs)

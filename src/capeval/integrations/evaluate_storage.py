@@ -37,7 +37,9 @@ IMAGE_FEATURE = datasets.Image(decode=False)
 VIDEO_FEATURE = {"path": datasets.Value("string"), "frames": datasets.List(datasets.Image(decode=False))}
 NO_VIDEO = {"path": "", "frames": []}
 
-PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I;16"})  # PNG stores these exactly (a test proves it)
+PNG_MODES = frozenset(
+    {"1", "L", "LA", "P", "RGB", "RGBA", "I;16"}
+)  # PNG stores these exactly (a test proves it)
 TIFF_MODES = frozenset({"I", "F", "I;16B", "CMYK", "LAB"})  # PNG cannot; TIFF can (checked on every image)
 PNG_COMPRESS_LEVEL = 1  # zlib's fastest level: lossless like the others, and ~4x faster than PIL's default 6
 
