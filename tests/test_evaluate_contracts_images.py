@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 import capeval
 from capeval.clip.images import load_image
 from capeval.clip.npy_images import npy_bytes
-from capeval.integrations.evaluate_storage import PNG_MODES, TIFF_MODES, stored_image
+from capeval.integrations.evaluate_storage import ARRAY_MODES, PNG_MODES, TIFF_MODES, stored_image
 
 RNG = np.random.default_rng(7)
 
@@ -77,7 +77,7 @@ def test_a_pil_jpeg_opened_from_bytes_is_stored_losslessly(clipscore, direct):
     image = Image.open(io.BytesIO(_jpeg_bytes(_noise())))
     assert image.format == "JPEG" and not getattr(image, "filename", "")
     stored = stored_image(image, 0)
-    assert stored["bytes"].startswith(b"\x89PNG")  # not a second JPEG generation
+    assert stored["bytes"].startswith(b"\x93NUMPY")  # its pixels as decoded, not a second JPEG generation
     assert np.array_equal(np.asarray(load_image(stored, 0)), np.asarray(image))
     assert _streamed(clipscore, [image, image.copy()]) == _direct(direct, [image, image.copy()])
 
@@ -112,7 +112,7 @@ def test_pil_modes_score_as_the_plain_api_scores_them(clipscore, direct, mode):
     assert _streamed(clipscore, [image, base]) == _direct(direct, [image, base])
 
 
-@pytest.mark.parametrize("mode", sorted(PNG_MODES | TIFF_MODES))
+@pytest.mark.parametrize("mode", sorted(ARRAY_MODES | PNG_MODES | TIFF_MODES))
 def test_every_stored_pil_mode_reads_back_with_the_same_mode_palette_and_pixels(mode):
     if mode.startswith("I"):
         dtype = np.uint16 if mode.startswith("I;16") else np.int32

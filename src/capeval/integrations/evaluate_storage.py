@@ -7,8 +7,11 @@ file's path (edits made in memory are lost), and converts arrays by its own rule
 refused or cast). So every in-memory image is turned into a ``{"bytes", "path"}`` dict here, before evaluate sees
 it, and read back by capeval's reader (``capeval.clip.images``), never decoded by datasets:
 
-- a PIL image: PNG (fast compression) for the modes PNG holds exactly, TIFF for I, F, I;16B, CMYK and LAB
-  (checked by reading it back); any other mode is refused by name;
+- a PIL image: an L, RGB or RGBA image (nearly every photograph) as the ``.npy`` bytes of its uint8 array, which
+  capeval reads back as the same image (a PNG encode of a 640x480 photograph costs 70-200 ms on one core, more than
+  CLIP ViT-B/32's forward pass; the array ~2 ms: ``scripts/bench_evaluate_inputs.py``); PNG (zlib level 1) for
+  1, LA, P and I;16, whose arrays capeval would read as other images; TIFF for I, F, I;16B, CMYK and LAB (checked
+  by reading it back); any other mode is refused by name;
 - a numpy array or torch tensor: the ``.npy`` bytes of the array capeval reads it as (a (C, H, W) tensor as its
   (H, W, C) array), so dtype, range and layout are kept;
 - a path stays a path (read, as ``capeval.CLIPScore`` reads it, when the scores are computed); a datasets Image
@@ -33,18 +36,19 @@ from PIL import Image
 from capeval.clip.images import _array_pixels, image_key, load_image
 from capeval.clip.npy_images import npy_bytes
 
-IMAGE_FEATURE = datasets.Image(decode=False)
 VIDEO_FEATURE = {"path": datasets.Value("string"), "frames": datasets.List(datasets.Image(decode=False))}
 NO_VIDEO = {"path": "", "frames": []}
 
-PNG_MODES = frozenset(
-    {"1", "L", "LA", "P", "RGB", "RGBA", "I;16"}
-)  # PNG stores these exactly (a test proves it)
+# Modes whose uint8 array capeval reads back as the same PIL image (Image.fromarray: 2-D -> L, 3 -> RGB, 4 -> RGBA).
+ARRAY_MODES = frozenset({"L", "RGB", "RGBA"})
+PNG_MODES = frozenset({"1", "LA", "P", "I;16"})  # PNG stores these exactly (a test proves it)
 TIFF_MODES = frozenset({"I", "F", "I;16B", "CMYK", "LAB"})  # PNG cannot; TIFF can (checked on every image)
-PNG_COMPRESS_LEVEL = 1  # zlib's fastest level: lossless like the others, and ~4x faster than PIL's default 6
+PNG_COMPRESS_LEVEL = 1  # zlib's fastest level: lossless like the others, and faster than PIL's default 6
 
 
 def _pil_bytes(image: Image.Image, what: str) -> bytes:
+    if image.mode in ARRAY_MODES:
+        return npy_bytes(np.asarray(image))
     buffer = io.BytesIO()
     if image.mode in PNG_MODES:
         image.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
@@ -57,7 +61,7 @@ def _pil_bytes(image: Image.Image, what: str) -> bytes:
                 return data
     raise ValueError(
         f"{what} is a PIL image of mode {image.mode!r}, which capeval cannot store losslessly for evaluate "
-        f"(it stores the modes {sorted(PNG_MODES | TIFF_MODES)}); convert it first, e.g. image.convert('RGB') "
+        f"(it stores the modes {sorted(ARRAY_MODES | PNG_MODES | TIFF_MODES)}); convert it first, e.g. image.convert('RGB') "
         "(what CLIP's preprocessing does after resizing), or pass it as an array"
     )
 
