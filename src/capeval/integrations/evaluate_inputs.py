@@ -135,7 +135,7 @@ class GuardedMetric:
         foreign = sorted(set(kwargs) - set(INPUTS) - set(self.option_names()))
         if foreign:
             raise TypeError(
-                f"{self._metric_label()} ({type(self).__name__.lower()}) has no option {foreign}; its options are "
+                f"{self._metric_label()} ({self.name}) has no option {foreign}; its options are "
                 f"{list(self.option_names())}. evaluate.combine gives every module every keyword of compute(): "
                 f"give an option only some modules take when loading them, "
                 f"evaluate.load(path, {foreign[0]}=...)"
