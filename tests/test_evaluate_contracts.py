@@ -165,6 +165,28 @@ def test_add_and_add_batch_over_several_batches_equal_one_compute(modules, input
     assert module.compute() == separate[name]
 
 
+def test_every_video_form_streams_and_scores_as_the_plain_api(modules, tiny_clip_dir, tmp_path):
+    import torch
+
+    frames = _frames(5)
+    paths = []
+    for i, frame in enumerate(frames):
+        Image.fromarray(frame).save(tmp_path / f"frame{i}.png")
+        paths.append(str(tmp_path / f"frame{i}.png"))
+    videos = [
+        torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255,  # (T, C, H, W) float tensor
+        paths,  # frames as image files
+        [Image.fromarray(frame).convert("P") for frame in frames],  # palette frames (stored as PNG)
+    ]
+    module = modules["emscore"]
+    module.add_batch(predictions=PREDICTIONS[:2], videos=videos[:2])
+    module.add(prediction=PREDICTIONS[2], videos=videos[2])
+    direct = capeval.EMScore(model=str(tiny_clip_dir), device="cpu")(PREDICTIONS, videos=videos)
+    assert module.compute() == direct
+    with pytest.raises(ValueError, match="video 1, frame 0: image 0: array of shape .* is not an image"):
+        module.add_batch(predictions=PREDICTIONS[:2], videos=[paths, [np.zeros((2, 3, 5))]])
+
+
 @pytest.mark.parametrize("name", METRICS)
 def test_compute_twice_on_one_object_gives_the_same_result(modules, inputs, separate, name):
     assert modules[name].compute(**inputs) == separate[name]
