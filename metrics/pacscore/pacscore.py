@@ -120,6 +120,7 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
         batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
+        clip_reference_cosine=False,
     ):
         scorer = capeval.PACScore(
             checkpoint=checkpoint,
@@ -129,6 +130,7 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
             batch_size=batch_size,
             prefix=prefix,
             w=w,
+            clip_reference_cosine=clip_reference_cosine,
         )
         if all(len(refs) == 0 for refs in references):
             references = None

@@ -85,8 +85,13 @@ class WEmbSim(capeval.GuardedMetric, evaluate.Metric):
         reduction=capeval.WEMBSIM_REDUCTION,
         stopwords="coco",
         normalize_vectors=False,
+        absolute_cosine=capeval.WEMBSIM_ABSOLUTE_COSINE,
     ):
         scorer = capeval.WEmbSim(
-            vectors=vectors, reduction=reduction, stopwords=stopwords, normalize_vectors=normalize_vectors
+            vectors=vectors,
+            reduction=reduction,
+            stopwords=stopwords,
+            normalize_vectors=normalize_vectors,
+            absolute_cosine=absolute_cosine,
         )
         return scorer(predictions, references)
