@@ -232,3 +232,24 @@ def test_the_origin_table_follows_open_clips_pretrained_configuration():
     assert known_origin("open_clip:ViT-L-14/openai")[1:] == openai
     assert known_origin("open_clip:ViT-L-14/no-such-tag") is None
     assert known_origin("someone/clip") is None
+
+
+def test_a_hub_model_is_known_by_its_id(tiny_clip_dir, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    # A Hub cache holding the LAION ViT-L/14 repo (tiny weights), its preprocessor file saying OpenAI's constants.
+    commit = "0123456789" * 4
+    repo = tmp_path / "hub" / "models--laion--CLIP-ViT-L-14-laion2B-s32B-b82K"
+    (repo / "snapshots").mkdir(parents=True)
+    _copy(tiny_clip_dir, repo / "snapshots" / commit, list(OPENAI_IMAGE_MEAN), list(OPENAI_IMAGE_STD))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.warns(UserWarning, match=rf"model '{LAION_L14}': .* but {LAION_L14} was trained with"):
+        scorer = capeval.CLIPScore(model=LAION_L14, device="cpu")
+    assert scorer.backbone.image_mean == (0.5, 0.5, 0.5) and scorer.backbone.origin == LAION_L14
+    assert (
+        f"clipscore|model={LAION_L14}@0123456|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|"
+        in scorer.signature
+    )

@@ -1,7 +1,8 @@
-"""WEmbSim (Sharif et al., DICTA 2020): cosine of the mean word embeddings of a caption and its references.
+"""WEmbSim (Sharif et al., DICTA 2020): |cosine| of the mean word embeddings of a caption and its references.
 
 Each caption becomes the mean of the vectors of its tokens (the paper's MOWE) after stopword and
-out-of-vocabulary removal; a candidate's score combines its cosines with every reference by ``mean`` (the
+out-of-vocabulary removal; the similarity of two captions is the absolute cosine of their means (the paper's
+eq. 2; ``absolute_cosine=False`` keeps the sign); a candidate's score combines them over its references by ``mean`` (the
 paper), ``max`` or ``min``; the corpus score is the mean. Tokenisation and stopwords are the ones of the WMD
 metric (the COCO toolkit's PTB tokens and NLTK-derived list), so both embedding metrics see the same words.
 """

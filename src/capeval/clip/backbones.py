@@ -287,8 +287,8 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     hub = source != str(folder)
     if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
         _check_tokenizer_files(folder, model, hub)
-    # Before the weights are read: a model whose normalisation is unknown costs nothing to refuse.
-    size, constants = _image_constants(folder, config, model if hub else None)
+        # Before the weights are read: a folder whose normalisation is unknown costs nothing to refuse.
+        size, constants = _image_constants(folder, config, None)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -313,6 +313,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if bars:
             hf_logging.enable_progress_bar()
     _check_tokenizer(tokenizer, config, folder, model, hub)
+    if hub:
+        # After the tokenizer check: a snapshot without tokenizer files is refused for that first.
+        size, constants = _image_constants(folder, config, model)
     where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
     check_finite(clip.state_dict().items(), where)
     weights_tag = None
