@@ -2,9 +2,9 @@
 
 A backbone is a transformers ``CLIPModel`` with its tokenizer and the image-preprocessing constants
 (input size from its config; mean and std decided by ``capeval.clip.image_constants``: by the weights' origin
-where it is known, else by the model's ``preprocessor_config.json``, never assumed). It is identified by the model id and a revision:
-the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so that a
-score's signature names exactly the weights that produced it.
+where it is known, else by the model's ``preprocessor_config.json``, never assumed). It is identified by the
+model id and a revision: the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so
+that a score's signature names exactly the weights that produced it.
 """
 
 from __future__ import annotations
