@@ -139,6 +139,7 @@ class Pacscore(capeval.GuardedMetric, evaluate.Metric):
         batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
+        clip_reference_cosine=False,
     ):
         # videos belong to emscore in an evaluate.combine: accepted, unused.
         images = self._media_for_scorer(images, image_embeds)
@@ -150,6 +151,7 @@ class Pacscore(capeval.GuardedMetric, evaluate.Metric):
             batch_size=batch_size,
             prefix=prefix,
             w=w,
+            clip_reference_cosine=clip_reference_cosine,
         )
         if all(len(refs) == 0 for refs in references):
             references = None

@@ -94,9 +94,14 @@ class Wembsim(capeval.GuardedMetric, evaluate.Metric):
         reduction=capeval.WEMBSIM_REDUCTION,
         stopwords="coco",
         normalize_vectors=False,
+        absolute_cosine=capeval.WEMBSIM_ABSOLUTE_COSINE,
     ):
         # images and videos belong to the image and video modules of an evaluate.combine: accepted, unused.
         scorer = capeval.WEmbSim(
-            vectors=vectors, reduction=reduction, stopwords=stopwords, normalize_vectors=normalize_vectors
+            vectors=vectors,
+            reduction=reduction,
+            stopwords=stopwords,
+            normalize_vectors=normalize_vectors,
+            absolute_cosine=absolute_cosine,
         )
         return scorer(predictions, references)

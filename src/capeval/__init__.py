@@ -52,6 +52,7 @@ _PUBLIC = {
     "W_PAC_S": "capeval.scores",
     "WMD_SIGMA": "capeval.wmd:SIGMA",
     "WEMBSIM_REDUCTION": "capeval.wembsim:REDUCTION",
+    "WEMBSIM_ABSOLUTE_COSINE": "capeval.scores",
 }
 _public_getattr, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
 
