@@ -35,7 +35,8 @@ from capeval.demo.models import (
 )
 from capeval.testing.shapes import caption, shapes_clip_path
 
-COMMIT = "3d74acf9a28c67741b2f4f2ea7635f0aaf6f0268"  # any 40 hex digits: the cache's refs/main names a snapshot
+# Any 40 hex digits: the cache's refs/main names the snapshot folder.
+COMMIT = "3d74acf9a28c67741b2f4f2ea7635f0aaf6f0268"
 
 
 @pytest.fixture
@@ -168,7 +169,9 @@ def test_a_model_in_the_local_cache_is_chosen_without_asking_the_hub(default_env
 
 def test_a_cache_with_a_config_but_no_weights_does_not_count(default_env, no_network):
     _cache_model(default_env)
-    (default_env / "models--openai--clip-vit-base-patch32" / "snapshots" / COMMIT / "model.safetensors").unlink()
+    (
+        default_env / "models--openai--clip-vit-base-patch32" / "snapshots" / COMMIT / "model.safetensors"
+    ).unlink()
     assert decide_model().source == SHAPES_FALLBACK
 
 
@@ -236,7 +239,9 @@ def test_the_offline_space_shows_the_banner_and_logs_the_fallback_at_start(defau
     shown = {getattr(b, "elem_id", None): getattr(b, "value", None) for b in demo.blocks.values()}
     assert SHAPES_BANNER in shown["demo-banner"]
     assert "the right caption of a drawing scores" in shown["demo-header"]
-    assert f"capeval demo clipscore runs {shapes_clip_path()} (shapes fallback: {DEFAULT_MODEL}" in caplog.text
+    assert (
+        f"capeval demo clipscore runs {shapes_clip_path()} (shapes fallback: {DEFAULT_MODEL}" in caplog.text
+    )
     assert no_network == []
 
 
@@ -268,13 +273,17 @@ def test_a_hub_model_out_of_reach_at_score_time_is_refused_at_once_by_name(defau
 
 def test_a_failed_download_becomes_the_visitor_message():
     offered = model_choices(ModelPlan(DEFAULT_MODEL, HUB, "served", True))
-    with pytest.raises(InputError, match=rf"Model '{DEFAULT_MODEL}' could not be loaded: its download failed"):
+    with pytest.raises(
+        InputError, match=rf"Model '{DEFAULT_MODEL}' could not be loaded: its download failed"
+    ):
         with loading(DEFAULT_MODEL, offered):
             raise OSError("connection reset")
 
 
 def test_error_messages_keep_hub_ids_and_urls_whole():
-    err = OSError(f"model '{DEFAULT_MODEL}' failed: see https://huggingface.co/{DEFAULT_MODEL} or /srv/app/x.py")
+    err = OSError(
+        f"model '{DEFAULT_MODEL}' failed: see https://huggingface.co/{DEFAULT_MODEL} or /srv/app/x.py"
+    )
     assert visitor_message(err) == (
         f"model '{DEFAULT_MODEL}' failed: see https://huggingface.co/{DEFAULT_MODEL} or x.py"
     )
@@ -306,9 +315,13 @@ def test_a_converted_pac_s_folder_needs_nothing_from_the_hub(monkeypatch, no_net
 def test_the_text_spaces_never_touch_the_network(online, no_network):
     import capeval
 
-    wmd = get_panel("wmd").score(captions="a man rides a horse", references="a person on a horse", vectors="glove")
+    wmd = get_panel("wmd").score(
+        captions="a man rides a horse", references="a person on a horse", vectors="glove"
+    )
     wembsim = get_panel("wembsim").score(captions="a dog", references="a puppy", vectors="glove")
     assert no_network == []
     # The packaged GloVe vectors the panels used are the metrics' offline default.
-    assert wmd.corpus == pytest.approx(capeval.WMD()(["a man rides a horse"], [["a person on a horse"]])["wmd"])
+    assert wmd.corpus == pytest.approx(
+        capeval.WMD()(["a man rides a horse"], [["a person on a horse"]])["wmd"]
+    )
     assert wembsim.corpus == pytest.approx(capeval.WEmbSim()(["a dog"], [["a puppy"]])["wembsim"])

@@ -27,8 +27,10 @@ def hub_offline() -> bool:
 
 
 def is_hub_id(spec: str) -> bool:
-    """A model spec that names a Hub repository rather than a folder on this machine."""
-    return not Path(os.path.expanduser(spec)).exists() and not spec.startswith((".", "/", "~"))
+    """A model spec that names a Hub repository (``name`` or ``org/name``) rather than a folder on this machine."""
+    if Path(os.path.expanduser(spec)).exists() or spec.startswith((".", "/", "~")):
+        return False
+    return spec.count("/") <= 1 and "\\" not in spec
 
 
 def in_local_cache(model: str, cache_dir: str | os.PathLike | None = None) -> bool:
