@@ -42,6 +42,7 @@ _PUBLIC = {
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",
+    "score_systems": "capeval.scoring.systems",
     # The defaults the evaluate modules declare, each defined (with its source) beside the code it configures.
     "DEFAULT_MODEL": "capeval.clip.backbones",
     "BATCH_SIZE": "capeval.clip.batching",
