@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import numpy as np
 import pytest
 from coco_files import (
     CAPTIONS,
@@ -131,3 +132,62 @@ def test_an_unknown_or_unavailable_metric_is_one_line_before_any_work(coco, caps
     err = capsys.readouterr().err.strip()
     assert err.startswith("capeval: error: cannot run pacscore: PAC-S needs the authors' weights")
     assert len(err.splitlines()) == 1
+
+
+def test_compare_adds_each_metrics_delta_to_the_baseline_with_its_interval_and_p(coco, tiny_clip_dir, capsys):
+    rc = main(
+        [
+            "score", str(coco / "blip.json"), str(coco / "other.json"), str(coco / "val2014"),
+            "--references-json", str(coco / "captions_val2014.json"), "--model", str(tiny_clip_dir),
+            "--metrics", "clipscore", "wmd", "bleu4", "--baseline", "blip", "--format", "json",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    table = json.loads(capsys.readouterr().out)
+    refs = [REFERENCES[i] for i in COCO_IDS]
+    wmd = {
+        n: capeval.WMD()([c[i] for i in COCO_IDS], references=refs)["scores"]
+        for n, c in (("blip", CAPTIONS), ("other", OTHER))
+    }
+    # The paired test of the per-image scores the metric gives alone (delta = other - blip).
+    expected = capeval.compare(wmd["other"], wmd["blip"], names=("other", "blip"), metric="WMD")
+    got = table["comparisons"]["other"]["WMD"]
+    assert got["delta"] == pytest.approx(np.mean(wmd["other"]) - np.mean(wmd["blip"]), abs=1e-9)
+    assert (got["p_value"], got["ci_low"], got["ci_high"]) == pytest.approx(
+        (expected.p_value, expected.ci_low, expected.ci_high), abs=1e-9
+    )
+    assert got["exact"] is True and got["n"] == 3  # 2^3 assignments enumerated
+    clip_per = {
+        n: _api(tiny_clip_dir, c, coco)["clipscore_scores"] for n, c in (("blip", CAPTIONS), ("other", OTHER))
+    }
+    assert table["comparisons"]["other"]["CLIPScore"]["delta"] == pytest.approx(
+        np.mean(clip_per["other"]) - np.mean(clip_per["blip"]), abs=1e-6
+    )
+    # BLEU's corpus score is not a mean of per-image scores: left out, and said so.
+    assert "BLEU-4" not in table["comparisons"]["other"]
+    assert table["notes"][0].startswith("not compared: BLEU-4")
+
+
+def test_compare_in_text_prints_a_second_table_of_differences(coco, capsys):
+    rc = main(
+        [
+            "score", str(coco / "blip.json"), str(coco / "other.json"), "--references-json",
+            str(coco / "captions_val2014.json"), "--metrics", "wmd", "wembsim", "--compare", "--correction", "holm",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[4].split() == ["system", "metric", "delta", "vs", "blip", "95%", "CI", "p"]
+    assert [line.split()[:2] for line in lines[5:7]] == [["other", "WMD"], ["other", "WEmbSim"]]
+    assert lines[5].endswith("(Holm)")
+    assert lines[-1].startswith(
+        "compared with blip: delta = system - blip per metric, two-sided p, exact paired"
+    )
+
+
+def test_a_baseline_that_is_not_a_system_is_refused_before_scoring(coco, tmp_path):
+    args = ["score", str(coco / "blip.json"), str(coco / "other.json"), str(coco / "val2014")]
+    with pytest.raises(SystemExit, match=r"a baseline among them; the systems are \['blip', 'other'\]"):
+        main([*args, "--model", str(tmp_path / "no-model"), "--baseline", "git"])
+    with pytest.raises(SystemExit, match="need two or more systems"):
+        main(["score", str(coco / "blip.json"), str(coco / "val2014"), "--compare"])

@@ -55,13 +55,20 @@ def _score_command(args: argparse.Namespace) -> int:
 
         return corpus_command(args)
     from capeval.scoring.systems import score_systems
-    from capeval.scoring.tables import per_instance, render, signature_lines
+    from capeval.scoring.tables import comparison_lines, per_instance, render, signature_lines
 
     inputs = _read_inputs(args)
     if inputs.unused_images:
         print(
             f"note: {inputs.unused_images} image(s) in the folder have no candidate and are not scored",
             file=sys.stderr,
+        )
+    if (args.compare or args.baseline) and (
+        len(inputs.systems) < 2 or args.baseline not in (None, *inputs.systems)
+    ):
+        raise SystemExit(
+            f"capeval score: --baseline/--compare need two or more systems and a baseline among them; "
+            f"the systems are {list(inputs.systems)}"
         )
     result = score_systems(
         inputs.systems,
@@ -79,9 +86,21 @@ def _score_command(args: argparse.Namespace) -> int:
         vectors=args.vectors,
         progress=False if args.no_progress else None,
     )
+    if args.compare or args.baseline:
+        from capeval.scoring.systems import compare_systems
+
+        compare_systems(
+            result,
+            args.baseline or result.systems[0],
+            method=args.compare_method,
+            n_resamples=args.n_resamples,
+            confidence=args.confidence,
+            seed=args.seed,
+            correction=args.correction,
+        )
     print(render(result, args.format))
     if args.format == "csv":
-        print("\n".join(signature_lines(result)), file=sys.stderr)
+        print("\n".join(signature_lines(result) + comparison_lines(result)), file=sys.stderr)
     if args.save_per_instance:
         out = Path(args.save_per_instance)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +109,13 @@ def _score_command(args: argparse.Namespace) -> int:
         os.replace(tmp, out)  # atomic: a crash never leaves half a file
         print(f"per-image scores written to {out}", file=sys.stderr if args.format != "text" else sys.stdout)
     return 0
+
+
+def _confidence(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"confidence must be in (0, 1), got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--format", default="text", choices=["text", "markdown", "csv", "json"], help="table format"
     )
+    compare = score.add_argument_group(
+        "comparison of systems (paired test of each metric's corpus score, capeval.compare_many)"
+    )
+    compare.add_argument(
+        "--baseline", metavar="SYSTEM", help="compare every other system with this one (its file's stem)"
+    )
+    compare.add_argument("--compare", action="store_true", help="compare with the first system")
+    compare.add_argument("--compare-method", default="permutation", choices=["permutation", "bootstrap"])
+    compare.add_argument(
+        "--n-resamples", type=cli_type("n_resamples", int, check_count), default=None, help="default 10000"
+    )
+    compare.add_argument(
+        "--confidence", type=float, default=None, help="level of the interval (default 0.95)"
+    )
+    compare.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    compare.add_argument("--correction", default="none", choices=["none", "holm"], help="across systems")
     score.add_argument(
         "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
     )

@@ -257,3 +257,58 @@ def _score_per_system(metric, names, captions, images, references, per_item, cor
         else:
             per_item[name][metric.key] = metric.score(captions[name], references, images)
     return bool(getattr(metric.fn, "corpus_is_mean", True)) if callable(corpus_score) else True
+
+
+def compare_systems(
+    result: SystemScores,
+    baseline: str,
+    *,
+    method: str = "permutation",
+    n_resamples: int | None = None,
+    confidence: float | None = None,
+    seed: int | None = 0,
+    correction: str = "none",
+) -> SystemScores:
+    """Each other system against ``baseline``, per metric: ``capeval.compare_many`` of the per-image scores
+    (delta = system - baseline, its confidence interval and p-value), stored in ``result.comparisons``.
+
+    Metrics whose corpus score is not the mean of their per-image scores (BLEU, METEOR) are left out: a paired test
+    of per-image means would not test the score in the table.
+
+    Args:
+        result: scores of at least two systems.
+        baseline: the name of one of them.
+        method, n_resamples, confidence, seed, correction: as in :func:`capeval.compare_many` (``None``: its
+            defaults).
+
+    Raises:
+        ValueError: an unknown baseline, a single system, or a bad option of the test.
+    """
+    from capeval.bench.significance import compare_many
+
+    if baseline not in result.systems:
+        raise ValueError(f"baseline {baseline!r} is not one of the systems {result.systems}")
+    others = [name for name in result.systems if name != baseline]
+    if not others:
+        raise ValueError("a comparison needs at least two systems")
+    options = {"method": method, "seed": seed, "correction": correction}
+    if n_resamples is not None:
+        options["n_resamples"] = n_resamples
+    if confidence is not None:
+        options["confidence"] = confidence
+    comparisons: dict[str, dict[str, object]] = {name: {} for name in others}
+    for key in result.metrics:
+        if not result.corpus_is_mean[key]:
+            continue
+        by_system = compare_many(
+            result.per_item[baseline][key],
+            {name: result.per_item[name][key] for name in others},
+            baseline_name=baseline,
+            metric=column_name(key),
+            **options,
+        )
+        for name, comparison in by_system.items():
+            comparisons[name][key] = comparison
+    result.comparisons = comparisons
+    result.baseline = baseline
+    return result

@@ -2,8 +2,8 @@
 
 One row per system, one column per metric, a signature per metric. With one system and the text format the
 table is the CLIPScore authors' printout (``CLIPScore: 0.7512`` a line, as their script and its
-``--compute_other_ref_metrics`` print), so scripts that read it keep working. With a baseline compared, each other
-system's row gains, per metric, the difference to the baseline, its confidence interval and p-value.
+``--compute_other_ref_metrics`` print), so scripts that read it keep working. With a baseline compared, a second
+table gives, per other system and metric, the difference to the baseline, its confidence interval and p-value.
 """
 
 from __future__ import annotations
@@ -22,37 +22,62 @@ def _number(value: float) -> str:
     return f"{value:.{DIGITS}f}"
 
 
-def _delta(comparison) -> str:
-    """``+0.0123 [-0.0040, +0.0290] p=0.142`` of one comparison."""
-    return (
-        f"{comparison.delta:+.{DIGITS}f} [{comparison.ci_low:+.{DIGITS}f}, {comparison.ci_high:+.{DIGITS}f}] "
-        f"p={comparison.p_value:.3g}"
-    )
+def _p(comparison) -> str:
+    adjusted = getattr(comparison, "p_adjusted", None)
+    return f"{comparison.p_value:.3g}" if adjusted is None else f"{adjusted:.3g} (Holm)"
 
 
 def rows(result: SystemScores) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of strings: the system, then per metric its score (and, once compared, its difference to
-    the baseline in a column of its own)."""
+    """Header and rows of strings: the system, then per metric its corpus score."""
     cols = result.columns()
-    header = ["system"]
-    for key in result.metrics:
-        header.append(cols[key])
-        if result.baseline is not None:
-            header.append(f"{cols[key]} vs {result.baseline}")
-    body = []
-    for name in result.systems:
-        row = [name]
-        for key in result.metrics:
-            row.append(_number(result.corpus[name][key]))
-            if result.baseline is not None:
-                comparison = result.comparisons.get(name, {}).get(key)
-                row.append(_delta(comparison) if comparison is not None else "")
-        body.append(row)
+    header = ["system", *(cols[key] for key in result.metrics)]
+    body = [[name, *(_number(result.corpus[name][key]) for key in result.metrics)] for name in result.systems]
     return header, body
+
+
+def comparison_rows(result: SystemScores) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the comparisons with the baseline: system, metric, delta, interval, p-value."""
+    if result.baseline is None:
+        return [], []
+    cols = result.columns()
+    first = _first_comparison(result)
+    level = f"{100 * first.confidence:g}% CI" if first is not None else "CI"
+    header = ["system", "metric", f"delta vs {result.baseline}", level, "p"]
+    body = [
+        [
+            name,
+            cols[key],
+            f"{c.delta:+.{DIGITS}f}",
+            f"[{c.ci_low:+.{DIGITS}f}, {c.ci_high:+.{DIGITS}f}]",
+            _p(c),
+        ]
+        for name, by_metric in result.comparisons.items()
+        for key, c in by_metric.items()
+    ]
+    return header, body
+
+
+def _first_comparison(result: SystemScores):
+    return next((c for by_metric in result.comparisons.values() for c in by_metric.values()), None)
 
 
 def signature_lines(result: SystemScores) -> list[str]:
     return [f"signature: {result.signatures[key]}" for key in result.metrics]
+
+
+def comparison_lines(result: SystemScores) -> list[str]:
+    """How the systems were compared (one line), then the notes a reader of the comparison must know."""
+    first = _first_comparison(result)
+    if first is None:
+        return notes(result)
+    if first.method == "permutation" and first.exact:
+        how = f"exact paired permutation test over all 2^{first.n} assignments"
+    else:
+        how = f"paired {first.method} test, {first.n_resamples} resamples, seed {first.seed}"
+    line = (
+        f"compared with {result.baseline}: delta = system - {result.baseline} per metric, two-sided p, {how}"
+    )
+    return [line, *notes(result)]
 
 
 def notes(result: SystemScores) -> list[str]:
@@ -68,9 +93,27 @@ def notes(result: SystemScores) -> list[str]:
     ]
 
 
+def _aligned(header: list[str], body: list[list[str]]) -> list[str]:
+    widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
+    out = []
+    for r in [header, *body]:
+        cells = [r[0].ljust(widths[0]), *(cell.rjust(wd) for cell, wd in zip(r[1:], widths[1:], strict=True))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def _markdown(header: list[str], body: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+        *("| " + " | ".join(r) + " |" for r in body),
+    ]
+
+
 def render(result: SystemScores, fmt: str = "text") -> str:
-    """The table as text in ``fmt`` (``text``, ``markdown``, ``csv``, ``json``); CSV holds the table only (its
-    signatures are :func:`signature_lines`), the others hold the signatures too.
+    """The table as text in ``fmt`` (``text``, ``markdown``, ``csv``, ``json``); CSV holds the table only (one
+    row per system, the comparison in columns of its own; its signatures are :func:`signature_lines`), the
+    others hold the signatures and the comparisons too.
 
     Raises:
         ValueError: an unknown format.
@@ -80,30 +123,46 @@ def render(result: SystemScores, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps(as_json(result), indent=2)
     header, body = rows(result)
+    compared_header, compared = comparison_rows(result)
     if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(body)
-        return out.getvalue().rstrip("\n")
+        return _csv(result, header, body)
     if fmt == "markdown":
-        lines = [
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
-        ]
-        lines += ["| " + " | ".join(row) + " |" for row in body]
-        lines += ["", *[f"- `{result.signatures[k]}`" for k in result.metrics]]
-        return "\n".join(lines + [f"- {note}" for note in notes(result)])
-    if len(result.systems) == 1 and result.baseline is None:
+        lines = _markdown(header, body)
+        if compared_header:
+            lines += ["", *_markdown(compared_header, compared)]
+        return "\n".join(
+            [*lines, "", *(f"- `{line.removeprefix('signature: ')}`" for line in signature_lines(result))]
+            + [f"- {line}" for line in comparison_lines(result)]
+        )
+    if len(result.systems) == 1:
         lines = [f"{h}: {v}" for h, v in zip(header[1:], body[0][1:], strict=True)]
     else:
-        widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
-        align = [str.ljust] + [str.rjust] * (len(header) - 1)
-        lines = [
-            "  ".join(a(cell, wd) for a, cell, wd in zip(align, r, widths, strict=True)).rstrip()
-            for r in [header, *body]
+        lines = _aligned(header, body)
+    if compared_header:
+        lines += ["", *_aligned(compared_header, compared), ""]
+    return "\n".join(lines + signature_lines(result) + comparison_lines(result))
+
+
+def _csv(result: SystemScores, header: list[str], body: list[list[str]]) -> str:
+    """One row per system; once compared, each compared metric gains ``delta``, ``ci_low``, ``ci_high``, ``p``
+    columns (empty on the baseline's row)."""
+    cols = result.columns()
+    compared = [k for k in result.metrics if any(k in by_metric for by_metric in result.comparisons.values())]
+    fields = ("delta", "ci_low", "ci_high", "p_value")
+    first = _first_comparison(result)
+    if first is not None and first.p_adjusted is not None:
+        fields += ("p_adjusted",)
+    header = header + [f"{cols[k]} {f}" for k in compared for f in fields]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for name, row in zip(result.systems, body, strict=True):
+        by_metric = result.comparisons.get(name, {})
+        extra = [
+            repr(float(getattr(by_metric[k], f))) if k in by_metric else "" for k in compared for f in fields
         ]
-    return "\n".join(lines + signature_lines(result) + notes(result))
+        writer.writerow(row + extra)
+    return out.getvalue().rstrip("\n")
 
 
 def as_json(result: SystemScores) -> dict:
@@ -119,19 +178,10 @@ def as_json(result: SystemScores) -> dict:
     if result.baseline is not None:
         out["baseline"] = result.baseline
         out["comparisons"] = {
-            name: {cols[k]: _comparison_json(c) for k, c in by_metric.items()}
+            name: {cols[k]: c.as_dict() for k, c in by_metric.items()}
             for name, by_metric in result.comparisons.items()
         }
         out["notes"] = notes(result)
-    return out
-
-
-def _comparison_json(comparison) -> dict:
-    fields = ("mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value")
-    out = {f: float(getattr(comparison, f)) for f in fields if hasattr(comparison, f)}
-    for f in ("method", "n_resamples", "confidence"):
-        if hasattr(comparison, f):
-            out[f] = getattr(comparison, f)
     return out
 
 
