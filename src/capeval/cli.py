@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_corpus_arguments(score)
     score.set_defaults(func=_score_command)
 
+    from capeval.bench.compare_cli import add_compare_parser
+
+    add_compare_parser(sub)
+
     try:
         from capeval.bench.cli import add_bench_parser
     except ImportError:
