@@ -123,3 +123,19 @@ def test_a_bad_caption_names_its_system_and_image(images, tmp_path):
 def test_systems_of_different_lengths_are_refused():
     with pytest.raises(ValueError, match=r"system 'short' has 1 captions, 'good' has 4"):
         score_systems({"good": SYSTEMS["good"], "short": ["a"]}, references=REFS, metrics=["wmd"])
+
+
+def test_a_caption_two_systems_share_scores_exactly_the_same_so_paired_ties_are_exact(images, tiny_clip_dir):
+    # The candidates of every system go through one text-encoder call, where a repeated string is encoded once:
+    # d_i = 0 exactly, as an exact permutation test needs (separate runs differ by float noise of batch shapes).
+    systems = {"a": SYSTEMS["good"], "b": [SYSTEMS["good"][0], *SYSTEMS["bad"][1:]]}
+    result = score_systems(
+        systems,
+        images=images,
+        references=REFS,
+        metrics=["clipscore", "refclipscore"],
+        model=str(tiny_clip_dir),
+    )
+    for key in ("clipscore", "refclipscore"):
+        assert result.per_item["a"][key][0] == result.per_item["b"][key][0]
+        assert result.per_item["a"][key][1] != result.per_item["b"][key][1]
