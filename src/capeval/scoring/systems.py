@@ -200,8 +200,10 @@ def score_systems(
     signatures: dict[str, str] = {}
     image_embeds: dict[int, object] = {}  # id(backbone) -> (N, D) embeddings of the images
     try:
+        # Every model loads (and a bad model option fails) before any image is encoded.
+        scorers = {metric.key: _image_backbone_scorer(metric) for metric in resolved}
         for metric in resolved:
-            scorer = _image_backbone_scorer(metric)
+            scorer = scorers[metric.key]
             if scorer is not None:
                 _score_images_once(
                     metric, scorer, names, captions, images, references, image_embeds, per_item
