@@ -105,3 +105,8 @@ def write_karpathy(path: Path, references: dict[int, list[str]], coco: bool = Tr
         images.append(image)
     path.write_text(json.dumps({"images": images, "dataset": "coco" if coco else "flickr8k"}))
     return path
+
+
+# RefCLIPScore's result keys of its CLIP-S side, read here only, so renaming them is a one-line change.
+REF_CLIP_S = "clipscore"
+REF_CLIP_S_SCORES = "clipscore_scores"

@@ -12,6 +12,8 @@ import pytest
 from coco_files import (
     CAPTIONS,
     COCO_IDS,
+    REF_CLIP_S,
+    REF_CLIP_S_SCORES,
     REFERENCES,
     write_coco_annotations,
     write_coco_results,
@@ -81,7 +83,7 @@ def test_several_systems_print_one_row_each_with_their_corpus_scores(coco, tiny_
     for row, (name, captions) in zip(lines[1:3], (("blip", CAPTIONS), ("other", OTHER)), strict=True):
         api = _api(tiny_clip_dir, captions, coco)
         assert row.split() == [
-            name, f"{api['clipscore']:.4f}", f"{api['refclipscore']:.4f}", f"{wmd[name]['wmd']:.4f}"
+            name, f"{api[REF_CLIP_S]:.4f}", f"{api['refclipscore']:.4f}", f"{wmd[name]['wmd']:.4f}"
         ]  # fmt: skip
     assert [line.split("|")[0] for line in lines[3:6]] == [
         "signature: clipscore",
@@ -158,7 +160,7 @@ def test_compare_adds_each_metrics_delta_to_the_baseline_with_its_interval_and_p
     )
     assert got["exact"] is True and got["n"] == 3  # 2^3 assignments enumerated
     clip_per = {
-        n: _api(tiny_clip_dir, c, coco)["clipscore_scores"] for n, c in (("blip", CAPTIONS), ("other", OTHER))
+        n: _api(tiny_clip_dir, c, coco)[REF_CLIP_S_SCORES] for n, c in (("blip", CAPTIONS), ("other", OTHER))
     }
     assert table["comparisons"]["other"]["CLIPScore"]["delta"] == pytest.approx(
         np.mean(clip_per["other"]) - np.mean(clip_per["blip"]), abs=1e-6

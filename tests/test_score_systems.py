@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from coco_files import write_images
+from coco_files import REF_CLIP_S_SCORES, write_images
 
 import capeval
 import capeval.clipscore
@@ -58,7 +58,7 @@ def test_each_system_scores_as_the_metric_alone_and_images_are_encoded_once(
     for name, captions in SYSTEMS.items():
         alone = capeval.RefCLIPScore(model=str(tiny_clip_dir))(captions, references=REFS, images=images)
         assert result.per_item[name]["refclipscore"] == pytest.approx(alone["scores"], abs=1e-6)
-        assert result.per_item[name]["clipscore"] == pytest.approx(alone["clipscore_scores"], abs=1e-6)
+        assert result.per_item[name]["clipscore"] == pytest.approx(alone[REF_CLIP_S_SCORES], abs=1e-6)
         assert result.corpus[name]["refclipscore"] == pytest.approx(alone["refclipscore"], abs=1e-6)
     assert result.signatures["refclipscore"] == alone["signature"]
     assert result.signatures["clipscore"].startswith("clipscore|")
