@@ -43,6 +43,10 @@ _PUBLIC = {
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",
+    "score_systems": "capeval.scoring.systems",
+    "compare": "capeval.bench.significance",
+    "compare_many": "capeval.bench.significance",
+    "Comparison": "capeval.bench.significance",
     # The defaults the evaluate modules declare, each defined (with its source) beside the code it configures.
     "DEFAULT_MODEL": "capeval.clip.backbones",
     "BATCH_SIZE": "capeval.clip.batching",
