@@ -46,7 +46,7 @@ def test_score_writes_per_image_scores_equal_to_the_api(example, tiny_clip_dir, 
         images=[str(root / "images" / f"{i}.png") for i in ids],
     )
     assert [per[i]["RefCLIPScore"] for i in ids] == pytest.approx(api["scores"], abs=1e-6)
-    assert [per[i]["CLIPScore"] for i in ids] == pytest.approx(api["clipscore_scores"], abs=1e-6)
+    assert [per[i]["CLIPScore"] for i in ids] == pytest.approx(api["clip_s_scores"], abs=1e-6)
     printed = capsys.readouterr().out
     assert f"RefCLIPScore: {api['refclipscore']:.4f}" in printed
     assert "signature: refclipscore|" in printed

@@ -91,11 +91,9 @@ def test_refclipscore_equals_the_authors_formula_per_sample(model_pair):
         out = capeval.RefCLIPScore(model=folder)(CAPTIONS, references=_refs(), images=images)
     theirs = authors_refclip_s(raw_model, images, CAPTIONS, _refs())
     assert np.abs(np.array(out["scores"]) - theirs).max() <= 1e-5
-    assert (
-        np.abs(np.array(out["clipscore_scores"]) - authors_clip_s(raw_model, images, CAPTIONS)).max() <= 1e-5
-    )
+    assert np.abs(np.array(out["clip_s_scores"]) - authors_clip_s(raw_model, images, CAPTIONS)).max() <= 1e-5
     assert out["refclipscore"] == pytest.approx(float(np.mean(out["scores"])), abs=1e-7)
-    assert out["clipscore"] == pytest.approx(float(np.mean(out["clipscore_scores"])), abs=1e-7)
+    assert out["clip_s"] == pytest.approx(float(np.mean(out["clip_s_scores"])), abs=1e-7)
 
 
 def test_prefix_and_w_options_follow_the_formula(tiny_clip_dir, raw_model):

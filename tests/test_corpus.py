@@ -88,7 +88,7 @@ def test_refclipscore_corpus_uses_the_references_column(corpus, tmp_path, tiny_c
         images=[str(corpus.parent / source[i]["image"]) for i in (0, 1)],
     )
     assert [rows[0]["refclipscore"], rows[1]["refclipscore"]] == pytest.approx(plain["scores"], abs=1e-6)
-    assert [rows[0]["clipscore"], rows[1]["clipscore"]] == pytest.approx(plain["clipscore_scores"], abs=1e-6)
+    assert [rows[0]["clip_s"], rows[1]["clip_s"]] == pytest.approx(plain["clip_s_scores"], abs=1e-6)
 
 
 def test_rerun_encodes_nothing_and_filters_with_a_new_threshold(corpus, tmp_path, tiny_clip_dir):

@@ -58,7 +58,7 @@ def test_two_cpu_processes_give_the_single_process_scores_exactly(tmp_path, tiny
         got = rank["results"]
         assert rank["counts"]["world"] == 2 and rank["counts"]["backend"] == "gloo"
         # Image and caption metrics: every per-sample float identical, headline too.
-        for name, keys in {"clipscore": ("scores",), "refclipscore": ("scores", "clipscore_scores")}.items():
+        for name, keys in {"clipscore": ("scores",), "refclipscore": ("scores", "clip_s_scores")}.items():
             for key in keys:
                 assert got[name][key] == reference[name][key], (name, key)
             assert got[name][name] == reference[name][name]

@@ -53,9 +53,9 @@ def test_module_with_references_only_and_with_both(module, tiny_clip_dir, clips)
 
 
 def test_add_and_add_batch_work_with_and_without_references(module, tiny_clip_dir, clips):
-    module.add_batch(predictions=CANDS[:2])
-    module.add(prediction=CANDS[2])
-    videos_only = module.compute(videos=clips, model=str(tiny_clip_dir), device="cpu", num_frames=2)
+    module.add_batch(predictions=CANDS[:2], videos=clips[:2])
+    module.add(prediction=CANDS[2], videos=clips[2])
+    videos_only = module.compute(model=str(tiny_clip_dir), device="cpu", num_frames=2)
     module.add_batch(predictions=CANDS[:2], references=REFS[:2])
     module.add(prediction=CANDS[2], reference=REFS[2])
     text = module.compute(model=str(tiny_clip_dir), device="cpu")

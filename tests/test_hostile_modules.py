@@ -120,10 +120,20 @@ def test_add_batch_and_add_refuse_bad_input_and_store_nothing(item4_modules, ite
     if name in ITEM4_WITH_REFERENCES:
         with pytest.raises(TypeError, match="reference is a string; expected a list of reference strings"):
             module.add(prediction="a dog", reference="a dog")
-    # Nothing of the refused calls was stored: the stream holds the good items only.
-    module.add_batch(predictions=ITEM4_PREDICTIONS[:2], references=ITEM4_REFERENCES[:2])
-    module.add(prediction=ITEM4_PREDICTIONS[2], reference=ITEM4_REFERENCES[2])
-    streamed = module.compute(**item4_options[name])
+    # Nothing of the refused calls was stored: the stream holds the good items only (images stream with them).
+    options = dict(item4_options[name])
+    images = options.pop("images", None)
+    module.add_batch(
+        predictions=ITEM4_PREDICTIONS[:2],
+        references=ITEM4_REFERENCES[:2],
+        **({"images": images[:2]} if images else {}),
+    )
+    module.add(
+        prediction=ITEM4_PREDICTIONS[2],
+        reference=ITEM4_REFERENCES[2],
+        **({"images": images[2]} if images else {}),
+    )
+    streamed = module.compute(**options)
     direct = _item4_compute(
         module, item4_options, name, predictions=ITEM4_PREDICTIONS, references=ITEM4_REFERENCES
     )

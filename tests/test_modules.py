@@ -114,12 +114,12 @@ def test_refclipscore_module_accepts_add_batch(tiny_clip_dir):
     preds = ["a dark image", "a grey image", "a white image"]
     refs = [["black"], ["grey", "gray"], ["white", "bright", "snow"]]
     metric = capeval.load("refclipscore")
-    metric.add_batch(predictions=preds[:2], references=refs[:2])
-    metric.add(predictions=preds[2], references=refs[2])
-    batched = metric.compute(images=images, model=str(tiny_clip_dir))
+    metric.add_batch(predictions=preds[:2], references=refs[:2], images=images[:2])
+    metric.add(predictions=preds[2], references=refs[2], images=images[2])
+    batched = metric.compute(model=str(tiny_clip_dir))
     direct = capeval.RefCLIPScore(model=str(tiny_clip_dir))(preds, references=refs, images=images)
     assert batched["scores"] == pytest.approx(direct["scores"], abs=1e-7)
-    assert set(batched) == {"refclipscore", "scores", "clipscore", "clipscore_scores", "signature"}
+    assert set(batched) == {"refclipscore", "scores", "clip_s", "clip_s_scores", "signature"}
 
 
 def test_module_path_points_at_the_packaged_or_repo_folder():

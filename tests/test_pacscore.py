@@ -175,14 +175,13 @@ def test_module_equals_the_plain_api_with_and_without_references(pacs_file, targ
 
 
 def test_module_add_batch_with_and_without_references(pacs_file, target_dir, images):
-    options = dict(images=images, checkpoint=str(pacs_file), model=str(target_dir))
-    metric = capeval.load("pacscore")
-    metric.add_batch(predictions=CANDIDATES[:2])
-    metric.add(prediction=CANDIDATES[2])
-    assert set(metric.compute(**options)) == {"pacscore", "scores", "signature"}
-    metric.add_batch(predictions=CANDIDATES[:2], references=REFERENCES[:2])
-    metric.add(prediction=CANDIDATES[2], reference=REFERENCES[2])
-    assert set(metric.compute(**options)) == {
+    metric = capeval.load("pacscore", checkpoint=str(pacs_file), model=str(target_dir))
+    metric.add_batch(predictions=CANDIDATES[:2], images=images[:2])
+    metric.add(prediction=CANDIDATES[2], images=images[2])
+    assert set(metric.compute()) == {"pacscore", "scores", "signature"}
+    metric.add_batch(predictions=CANDIDATES[:2], references=REFERENCES[:2], images=images[:2])
+    metric.add(prediction=CANDIDATES[2], reference=REFERENCES[2], images=images[2])
+    assert set(metric.compute()) == {
         "pacscore",
         "scores",
         "refpacscore",

@@ -4,7 +4,9 @@ Each test starts a Space's own ``spaces/<metric>/app.py`` in this process on 127
 (``CAPEVAL_DEMO_MODEL``; it also serves as the PAC-S checkpoint, a converted transformers folder), uploads
 an example or clicks one, presses Score and checks the numbers shown: with the shapes CLIP the right
 caption of a drawing must be ranked first. A screenshot of each Space goes to
-``test-output/screenshots/<metric>.png``. The limit tests upload what a hostile visitor would and check
+``test-output/screenshots/<metric>.png``. One test starts the CLIPScore Space as it runs without the Hub
+(nothing configured, ``HF_HUB_OFFLINE=1``): it must fall back to the shapes CLIP under a visible banner
+(``test-output/screenshots/clipscore-offline-banner.png``). The limit tests upload what a hostile visitor would and check
 the message shown. One browser serves all tests.
 """
 
@@ -64,20 +66,37 @@ def space(monkeypatch, browser):
     monkeypatch.setenv("CAPEVAL_DEMO_MODEL", model)
     monkeypatch.setenv("CAPEVAL_DEMO_CHECKPOINT", model)
     started = []
-
-    def open_space(metric: str):
-        demo = runpy.run_path(str(REPO / "spaces" / metric / "app.py"), run_name="space")["demo"]
-        _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
-        page = browser.new_page()
-        started.append((demo, page))
-        page.goto(url)
-        page.wait_for_selector("#score-button")
-        return page
-
-    yield open_space
+    yield lambda metric: _open_space(browser, metric, started)
     for demo, page in started:
         page.close()
         demo.close()
+
+
+@pytest.fixture
+def offline_space(monkeypatch, browser, tmp_path):
+    """Start ``spaces/<metric>/app.py`` as a visitor meets it with no Hub: no model configured, the Hub
+    switched off (``HF_HUB_OFFLINE=1``, from conftest) and an empty Hugging Face cache."""
+    import huggingface_hub
+
+    monkeypatch.delenv("CAPEVAL_DEMO_MODEL", raising=False)
+    monkeypatch.delenv("CAPEVAL_DEMO_CHECKPOINT", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    started = []
+    yield lambda metric: _open_space(browser, metric, started)
+    for demo, page in started:
+        page.close()
+        demo.close()
+
+
+def _open_space(browser, metric: str, started: list):
+    demo = runpy.run_path(str(REPO / "spaces" / metric / "app.py"), run_name="space")["demo"]
+    _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    page = browser.new_page()
+    started.append((demo, page))
+    page.goto(url)
+    page.wait_for_selector("#score-button")
+    return page
 
 
 def _screenshot(page, name: str) -> Path:
@@ -125,6 +144,26 @@ def test_clipscore_space_ranks_the_right_caption_of_an_uploaded_example_first(sp
     corpus = page.locator("#corpus-score").inner_text()
     assert f"{np.mean([s for _, s in ranked]):.4f}" in corpus and "mean over 4 captions" in corpus
     _screenshot(page, "clipscore")
+
+
+def test_the_offline_clipscore_space_runs_the_shapes_clip_under_a_banner_and_scores(offline_space):
+    from playwright.sync_api import expect
+
+    from capeval.demo.models import SHAPES_BANNER
+
+    page = offline_space("clipscore")
+    banner = page.locator("#demo-banner")
+    expect(banner).to_be_visible()
+    assert banner.inner_text().strip().startswith(f"\u26a0 {SHAPES_BANNER}")
+    assert "openai/clip-vit-base-patch32 is not in the local Hugging Face cache" in banner.inner_text()
+    header = page.locator("#demo-header").inner_text()
+    assert "the right caption of a drawing scores 2.35 to 2.48" in header and "ViT-B/32" not in header
+    _click_example(page, 0)
+    ranked = _score(page)
+    assert ranked[0][0] == caption(EXAMPLE_SCENES[0]), ranked
+    assert 2.35 <= ranked[0][1] <= 2.48  # within the range the header states
+    assert "mean over 4 captions" in page.locator("#corpus-score").inner_text()
+    _screenshot(page, "clipscore-offline-banner")
 
 
 def test_refclipscore_space_ranks_the_right_caption_first_with_references(space):

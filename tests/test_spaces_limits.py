@@ -18,8 +18,9 @@ from PIL import Image
 
 from capeval.demo import DEFAULT_LIMITS, InputError, Limits, build_demo, get_panel, launch
 from capeval.demo.builder import visitor_message
-from capeval.demo.choices import model_choices, resolve
+from capeval.demo.choices import resolve
 from capeval.demo.limits import check_texts, split_lines
+from capeval.demo.models import decide_model, model_choices
 from capeval.demo.uploads import (
     UploadedImage,
     check_image_header,
@@ -125,10 +126,11 @@ def test_caption_counts_and_lengths_are_bounded():
 
 
 def test_a_visitor_cannot_name_a_model_outside_the_offered_list(demo_model):
-    assert resolve(model_choices(), "configured", "model").spec == demo_model
+    offered = model_choices(decide_model())
+    assert resolve(offered, "configured", "model").spec == demo_model
     for key in ("/etc", "openai/clip-vit-large-patch14", "../../secret"):
         with pytest.raises(InputError, match="choose one from the list"):
-            resolve(model_choices(), key, "model")
+            resolve(offered, key, "model")
 
 
 def test_error_messages_keep_file_names_but_not_server_paths():

@@ -78,8 +78,8 @@ def test_refclipscore_panel_shows_clip_s_beside_refclip_s(shapes_env, uploads):
         CAPTIONS, [refs] * len(CAPTIONS), images=[image] * len(CAPTIONS)
     )
     assert [r.score for r in scored.rows] == pytest.approx(direct["scores"], abs=1e-6)
-    assert [r.extra["CLIP-S"] for r in scored.rows] == pytest.approx(direct["clipscore_scores"], abs=1e-6)
-    assert scored.corpus_extra == {"CLIP-S": pytest.approx(direct["clipscore"], abs=1e-6)}
+    assert [r.extra["CLIP-S"] for r in scored.rows] == pytest.approx(direct["clip_s_scores"], abs=1e-6)
+    assert scored.corpus_extra == {"CLIP-S": pytest.approx(direct["clip_s"], abs=1e-6)}
     assert max(scored.rows, key=lambda r: r.score).caption == caption(SCENE)
 
 

@@ -74,7 +74,7 @@ def test_hook_decodes_minus_100_padding_and_scores_like_the_plain_api(tokenizer,
     assert out == {
         "clipscore": clip["clipscore"],
         "refclipscore": direct["refclipscore"],
-        "refclipscore_clipscore": direct["clipscore"],
+        "refclipscore_clip_s": direct["clip_s"],
         "empty_predictions": 0,
     }
     assert all(type(v) in (float, int) for v in out.values())
@@ -278,7 +278,7 @@ def test_seq2seq_trainer_logs_caption_metrics_equal_to_a_direct_compute(tmp_path
     trainer.train()
     logged = trainer.evaluate()
     expected_keys = {
-        "eval_clipscore", "eval_refclipscore", "eval_refclipscore_clipscore", "eval_wmd", "eval_wembsim",
+        "eval_clipscore", "eval_refclipscore", "eval_refclipscore_clip_s", "eval_wmd", "eval_wembsim",
         "eval_empty_predictions",
     }  # fmt: skip
     assert expected_keys <= set(logged)
@@ -302,7 +302,7 @@ def test_seq2seq_trainer_logs_caption_metrics_equal_to_a_direct_compute(tmp_path
     wembsim = capeval.load("wembsim").compute(predictions=captions, references=references)
     assert logged["eval_clipscore"] == clip["clipscore"]
     assert logged["eval_refclipscore"] == ref["refclipscore"]
-    assert logged["eval_refclipscore_clipscore"] == ref["clipscore"]
+    assert logged["eval_refclipscore_clip_s"] == ref["clip_s"]
     assert logged["eval_wmd"] == wmd["wmd"]
     assert logged["eval_wembsim"] == wembsim["wembsim"]
 

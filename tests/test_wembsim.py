@@ -106,3 +106,23 @@ def test_other_vector_files_work_through_the_same_loader(tmp_path, wembsim):
     b = wembsim(["a dog runs on grass"], [["a cat sleeps"]])
     assert a["scores"][0] == pytest.approx(b["scores"][0], abs=1e-6)
     assert parse_signature(a["signature"])[1]["vectors"].startswith("small.vec@")
+
+
+def test_cosine_is_absolute_as_in_eq_2_by_default_and_signed_on_request(wembsim):
+    # Sharif et al. 2020, eq. 2: cossim(a, b) = |a . b| / (|a| |b|). In GloVe-6B-50d "frisbee" points away from
+    # "street" and "house" (gensim's n_similarity, the signed cosine, is below 0 for both).
+    kv = wembsim.vectors.keyed_vectors
+    signed = [float(kv.n_similarity(["frisbee"], [w])) for w in ("street", "house")]
+    assert max(signed) < -0.1
+    preds, refs = ["a frisbee"], [["the street", "a house"]]
+    paper = wembsim(preds, refs)
+    assert paper["reference_scores"][0] == pytest.approx([abs(c) for c in signed], abs=1e-6)
+    assert paper["scores"][0] == pytest.approx((abs(signed[0]) + abs(signed[1])) / 2, abs=1e-6)
+    kept = WEmbSim(absolute_cosine=False)(preds, refs)
+    assert kept["reference_scores"][0] == pytest.approx(signed, abs=1e-6)
+    assert kept["scores"][0] == pytest.approx(np.mean(signed), abs=1e-6)
+    # Named in every signature: those from before the option (no field) meant the signed cosine.
+    assert parse_signature(paper["signature"])[1]["absolute_cosine"] == "True"
+    assert parse_signature(kept["signature"])[1]["absolute_cosine"] == "False"
+    with pytest.raises(TypeError, match="absolute_cosine"):
+        WEmbSim(absolute_cosine="yes")

@@ -30,7 +30,9 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): candidate captions, one per image.
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same model (they are L2-normalised here).
     model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
@@ -40,6 +42,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/clipscore", model=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     clipscore (`float`): mean CLIP-S over the predictions.
     scores (`list` of `float`): CLIP-S of each prediction, in input order.
@@ -60,18 +65,32 @@ Examples:
     True
     >>> sorted(results)
     ['clipscore', 'scores', 'signature']
+
+    Images stream with their captions (an evaluation loop keeps none of them), options set when loading:
+
+    >>> clipscore = evaluate.load("metrics/clipscore", model=str(shapes_clip_path()))
+    >>> clipscore.add_batch(predictions=["a red circle on the left"], images=[image])
+    >>> clipscore.add(prediction="a blue square on the right", images=image)
+    >>> clipscore.compute()["scores"] == results["scores"]
+    True
 """
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
+class Clipscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "clipscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "CLIPScore"
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
+
     def _info(self):
         return evaluate.MetricInfo(
             module_type="metric",
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("string")}),
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "images": datasets.Image(decode=False)}
+            ),
             homepage="https://github.com/jmhessel/clipscore",
             codebase_urls=["https://github.com/jmhessel/clipscore"],
             reference_urls=["https://arxiv.org/abs/2104.08718"],
@@ -82,6 +101,9 @@ class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
         predictions,
         images=None,
         image_embeds=None,
+        references=None,
+        videos=None,
+        video_embeds=None,
         model=capeval.DEFAULT_MODEL,
         prefix=capeval.PREFIX,
         w=capeval.W_CLIP_S,
@@ -89,6 +111,8 @@ class CLIPScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # references and videos belong to other modules of an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.CLIPScore(
             model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w
         )

@@ -34,7 +34,9 @@ Args:
     references (`list` of `list` of `str`, optional): reference captions per prediction. Omit them, or give an
         empty list for every prediction, to score against the videos only.
     videos (`list`, optional): one video per prediction: a file path PyAV can decode, a list of frames (PIL
-        images, arrays, tensors or image paths), or a (T, H, W, C) array.
+        images, arrays, tensors or image paths), or a (T, H, W, C) array. An input like `predictions`:
+        `add_batch` and `add` take them too (a path is stored as the path; in-memory frames are stored one by
+        one, losslessly, as images are); give `videos=None` to `evaluate.combine`'s `add_batch` without videos.
     video_embeds (`list`, optional): instead of `videos`, per prediction a (K, D) array of frame embeddings of
         the same model (sampled by `num_frames` and L2-normalised here).
     model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
@@ -49,6 +51,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/emscore", model=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     emscore (`float`): mean full_F of the variant computed (EMScore(X,V,X*) when videos and references are
         both given).
@@ -79,14 +84,26 @@ Examples:
     ... )
     >>> results["variant"], sorted(results["details"])
     ('EMScore(X,V,X*)', ['EMScore(X,V)', 'EMScore(X,V,X*)', 'EMScore(X,X*)'])
+
+    Videos stream with their captions, options set when loading:
+
+    >>> emscore = evaluate.load("metrics/emscore", model=str(shapes_clip_path()))
+    >>> emscore.add_batch(predictions=["a red circle on the left"], videos=[clip])
+    >>> emscore.add(prediction="a blue square on the right", videos=clip)
+    >>> emscore.compute()["variant"]
+    'EMScore(X,V)'
 """
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class EMScore(capeval.GuardedMetric, evaluate.Metric):
+class Emscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "emscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "EMScore"
     # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
     # empty list per prediction (evaluate stores every declared input).
     references_input = "optional"
+    # Stored unchanged by capeval: a path, or the frames of an in-memory video each stored as an image.
+    media_input = "videos"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -99,6 +116,7 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "videos": capeval.VIDEO_FEATURE,
                 }
             ),
             homepage="https://github.com/ShiYaya/emscore",
@@ -112,6 +130,8 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
         references=None,
         videos=None,
         video_embeds=None,
+        images=None,
+        image_embeds=None,
         model=None,
         checkpoint=None,
         num_frames=capeval.NUM_FRAMES,
@@ -120,6 +140,8 @@ class EMScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # images belong to the image modules of an evaluate.combine: accepted, unused.
+        videos = self._media_for_scorer(videos, video_embeds)
         scorer = capeval.EMScore(
             model=model,
             checkpoint=checkpoint,

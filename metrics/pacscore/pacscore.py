@@ -33,7 +33,9 @@ Args:
     references (`list` of `list` of `str`, optional): reference captions of each prediction. When given,
         RefPAC-S is returned as well.
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same PAC-S model.
     checkpoint (`str`): the PAC-S weights (required): the authors' .pth file (clip_ViT-B-32.pth,
@@ -47,6 +49,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/pacscore", checkpoint=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     pacscore (`float`): mean PAC-S over the predictions.
     scores (`list` of `float`): PAC-S of each prediction, in input order.
@@ -81,11 +86,22 @@ Examples:
     True
     >>> sorted(results)
     ['pacscore', 'refpacscore', 'refpacscore_scores', 'scores', 'signature']
+
+    Images stream with their captions, the checkpoint set when loading:
+
+    >>> pacscore = evaluate.load("metrics/pacscore", checkpoint=str(shapes_clip_path()))
+    >>> pacscore.add_batch(predictions=["a red circle on the left"], images=[image])
+    >>> pacscore.add_batch(predictions=["a blue square on the right"], images=[image])
+    >>> sorted(pacscore.compute())
+    ['pacscore', 'scores', 'signature']
 """
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class PACScore(capeval.GuardedMetric, evaluate.Metric):
+class Pacscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "pacscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "PACScore"
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
     # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
     # empty list per prediction (evaluate stores every declared input).
     references_input = "optional"
@@ -100,6 +116,7 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "images": datasets.Image(decode=False),
                 }
             ),
             homepage="https://github.com/aimagelab/pacscore",
@@ -113,6 +130,8 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
         references,
         images=None,
         image_embeds=None,
+        videos=None,
+        video_embeds=None,
         checkpoint=None,
         model=None,
         prefix=capeval.PREFIX,
@@ -120,7 +139,10 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
         batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
+        clip_reference_cosine=False,
     ):
+        # videos belong to emscore in an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.PACScore(
             checkpoint=checkpoint,
             model=model,
@@ -129,6 +151,7 @@ class PACScore(capeval.GuardedMetric, evaluate.Metric):
             batch_size=batch_size,
             prefix=prefix,
             w=w,
+            clip_reference_cosine=clip_reference_cosine,
         )
         if all(len(refs) == 0 for refs in references):
             references = None

@@ -32,7 +32,9 @@ Args:
     predictions (`list` of `str`): candidate captions, one per image.
     references (`list` of `list` of `str`): the reference captions of each prediction (at least one each).
     images (`list`): one image per prediction: PIL images, file paths, numpy arrays (H, W, C),
-        torch tensors (C, H, W) or `datasets` Image dicts. Give either `images` or `image_embeds`.
+        torch tensors (C, H, W) or `datasets` Image dicts. An input like `predictions`: `add_batch` and
+        `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
+        encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings.
     model (`str`): CLIP backbone, a Hub id or a local transformers folder.
         Defaults to "openai/clip-vit-base-patch32".
@@ -43,11 +45,15 @@ Args:
     batch_size (`int`): encoder batch size. Defaults to 64.
     device (`str`): "cpu", "cuda", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    Every option can also be given when loading, `evaluate.load("metrics/refclipscore", model=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     refclipscore (`float`): mean RefCLIP-S.
     scores (`list` of `float`): RefCLIP-S of each prediction.
-    clipscore (`float`): mean CLIP-S of the same predictions.
-    clipscore_scores (`list` of `float`): CLIP-S of each prediction.
+    clip_s (`float`): mean CLIP-S of the same predictions (not named `clipscore`, which is the clipscore
+        module's key in `evaluate.combine`).
+    clip_s_scores (`list` of `float`): CLIP-S of each prediction.
     signature (`str`): model, revision and every option that changes the numbers, with library versions.
 Examples:
     >>> import evaluate
@@ -63,13 +69,27 @@ Examples:
     >>> results["scores"][0] > results["scores"][1]
     True
     >>> sorted(results)
-    ['clipscore', 'clipscore_scores', 'refclipscore', 'scores', 'signature']
+    ['clip_s', 'clip_s_scores', 'refclipscore', 'scores', 'signature']
+
+    Images stream with their captions and references, options set when loading:
+
+    >>> refclipscore = evaluate.load("metrics/refclipscore", model=str(shapes_clip_path()))
+    >>> refclipscore.add_batch(
+    ...     predictions=["a green triangle at the top", "a yellow circle at the bottom"],
+    ...     references=[["a green triangle at the top"], ["a green triangle at the top"]],
+    ...     images=[image, image],
+    ... )
+    >>> refclipscore.compute()["scores"] == results["scores"]
+    True
 """
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
+class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "refclipscore", its folder's name, in evaluate.combine's keys.
+    metric_label = "RefCLIPScore"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
+    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -81,6 +101,7 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
                 {
                     "predictions": datasets.Value("string"),
                     "references": datasets.Sequence(datasets.Value("string")),
+                    "images": datasets.Image(decode=False),
                 }
             ),
             homepage="https://github.com/jmhessel/clipscore",
@@ -94,6 +115,8 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
         references,
         images=None,
         image_embeds=None,
+        videos=None,
+        video_embeds=None,
         model=capeval.DEFAULT_MODEL,
         prefix=capeval.PREFIX,
         w=capeval.W_CLIP_S,
@@ -102,6 +125,8 @@ class RefCLIPScore(capeval.GuardedMetric, evaluate.Metric):
         device=None,
         dtype="float32",
     ):
+        # videos belong to emscore in an evaluate.combine: accepted, unused.
+        images = self._media_for_scorer(images, image_embeds)
         scorer = capeval.RefCLIPScore(
             model=model,
             device=device,

@@ -37,6 +37,9 @@ Args:
     stopwords (`str` or `list` of `str`): "coco" (NLTK's English list as the COCO toolkit ships it,
         default), "none", or your own words.
     normalize_vectors (`bool`): average unit-length word vectors. Defaults to False (raw vectors).
+    Every option can also be given when loading, `evaluate.load("metrics/wembsim", vectors=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     wembsim (`float`): mean score over the predictions.
     scores (`list` of `float`): per prediction, the combined cosine in [-1, 1].
@@ -58,7 +61,9 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class WEmbSim(capeval.GuardedMetric, evaluate.Metric):
+class Wembsim(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "wembsim", its folder's name, in evaluate.combine's keys.
+    metric_label = "WEmbSim"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
 
     def _info(self):
@@ -81,12 +86,22 @@ class WEmbSim(capeval.GuardedMetric, evaluate.Metric):
         self,
         predictions,
         references,
+        images=None,
+        image_embeds=None,
+        videos=None,
+        video_embeds=None,
         vectors=None,
         reduction=capeval.WEMBSIM_REDUCTION,
         stopwords="coco",
         normalize_vectors=False,
+        absolute_cosine=capeval.WEMBSIM_ABSOLUTE_COSINE,
     ):
+        # images and videos belong to the image and video modules of an evaluate.combine: accepted, unused.
         scorer = capeval.WEmbSim(
-            vectors=vectors, reduction=reduction, stopwords=stopwords, normalize_vectors=normalize_vectors
+            vectors=vectors,
+            reduction=reduction,
+            stopwords=stopwords,
+            normalize_vectors=normalize_vectors,
+            absolute_cosine=absolute_cosine,
         )
         return scorer(predictions, references)

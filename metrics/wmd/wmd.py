@@ -47,6 +47,9 @@ Args:
         vectors, as gensim 3 computed WMD for the toolkit.
     stopwords (`str` or `list` of `str`): "coco" (the toolkit's list, default), "none", or your own words.
     num_workers (`int`): processes for the transport problems; None uses them only for large problems.
+    Every option can also be given when loading, `evaluate.load("metrics/wmd", vectors=...)`, and is then used
+    by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
+    (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     wmd (`float`): mean score over the predictions.
     scores (`list` of `float`): exp(-WMD / sigma) with the best reference, per prediction, in [0, 1].
@@ -70,7 +73,9 @@ Examples:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class WMD(capeval.GuardedMetric, evaluate.Metric):
+class Wmd(capeval.GuardedMetric, evaluate.Metric):
+    # evaluate names a module after its class: "wmd", its folder's name, in evaluate.combine's keys.
+    metric_label = "WMD"
     references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
 
     def _info(self):
@@ -97,12 +102,17 @@ class WMD(capeval.GuardedMetric, evaluate.Metric):
         self,
         predictions,
         references,
+        images=None,
+        image_embeds=None,
+        videos=None,
+        video_embeds=None,
         vectors=None,
         sigma=capeval.WMD_SIGMA,
         normalize_vectors=False,
         stopwords="coco",
         num_workers=None,
     ):
+        # images and videos belong to the image and video modules of an evaluate.combine: accepted, unused.
         scorer = capeval.WMD(
             vectors=vectors,
             sigma=sigma,

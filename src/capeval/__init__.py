@@ -40,9 +40,14 @@ _PUBLIC = {
     "module_path": "capeval.integrations.evaluate_modules",
     "install_modules": "capeval.integrations.module_cache",
     "GuardedMetric": "capeval.integrations.evaluate_inputs",
+    "VIDEO_FEATURE": "capeval.integrations.evaluate_storage",
     "make_compute_metrics": "capeval.integrations.trainer",
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",
+    "score_systems": "capeval.scoring.systems",
+    "compare": "capeval.bench.significance",
+    "compare_many": "capeval.bench.significance",
+    "Comparison": "capeval.bench.significance",
     # The defaults the evaluate modules declare, each defined (with its source) beside the code it configures.
     "DEFAULT_MODEL": "capeval.clip.backbones",
     "BATCH_SIZE": "capeval.clip.batching",
@@ -52,6 +57,7 @@ _PUBLIC = {
     "W_PAC_S": "capeval.scores",
     "WMD_SIGMA": "capeval.wmd:SIGMA",
     "WEMBSIM_REDUCTION": "capeval.wembsim:REDUCTION",
+    "WEMBSIM_ABSOLUTE_COSINE": "capeval.scores",
 }
 _public_getattr, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
 

@@ -124,6 +124,8 @@ class CLIPScore:
         options: dict[str, object] = {"model": self.backbone.name}
         if self.backbone.weights:
             options["checkpoint"] = self.backbone.weights
+        # image_mean/image_std only where they are not OpenAI's: signatures of OpenAI-normalised models unchanged.
+        options.update(self.backbone.signature_fields())
         options.update(prefix=self.prefix, w=self.w, dtype=self.backbone.dtype_name)
         return options
 
@@ -204,9 +206,10 @@ class RefCLIPScore(CLIPScore):
             for i in items[:5]
         )
         more = f" (and {len(items) - 5} more: items {items[5:25]})" if len(items) > 5 else ""
+        eq = "eq. 5-6" if self.name == "pacscore" else "eq. 2"
         fix = (
-            "; clip_reference_cosine=True gives the paper's formula (eq. 2), which clips the cosine at 0"
-            if self.name == "refclipscore"
+            f"; clip_reference_cosine=True gives the paper's formula ({eq}), which clips the cosine at 0"
+            if not self.clip_reference_cosine
             else ""
         )
         warnings.warn(
@@ -226,8 +229,9 @@ class RefCLIPScore(CLIPScore):
         """Score each caption against its image and its references.
 
         Returns:
-            dict: ``refclipscore`` (mean), ``scores`` (RefCLIP-S per caption), ``clipscore``,
-            ``clipscore_scores``, ``signature``.
+            dict: ``refclipscore`` (mean), ``scores`` (RefCLIP-S per caption), ``clip_s`` (mean CLIP-S of the
+            same captions), ``clip_s_scores`` (CLIP-S per caption), ``signature``. (The CLIP-S part is not named
+            ``clipscore``: beside the clipscore module in ``evaluate.combine``, its keys would collide.)
         """
         predictions = check_predictions(predictions)
         if not predictions:
@@ -251,7 +255,7 @@ class RefCLIPScore(CLIPScore):
         return {
             self.name: float(per.mean()),
             "scores": per.tolist(),
-            "clipscore": float(clip_per.mean()),
-            "clipscore_scores": clip_per.tolist(),
+            "clip_s": float(clip_per.mean()),
+            "clip_s_scores": clip_per.tolist(),
             "signature": self.signature,
         }

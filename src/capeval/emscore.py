@@ -220,6 +220,8 @@ class EMScore:
         options: dict[str, object] = {"model": self.backbone.name}
         if self.checkpoint_tag:
             options["checkpoint"] = self.checkpoint_tag
+        if variant != TEXT:  # frames are normalised; named only where not OpenAI's constants
+            options.update(self.backbone.signature_fields())
         options["variant"] = variant.removeprefix("EMScore")
         if variant != TEXT:
             options["num_frames"] = "all" if self.num_frames is None else self.num_frames

@@ -4,7 +4,11 @@ PAC-S is CLIP-S computed with CLIP whose two final projections were fine-tuned b
 contrastive learning: PAC-S(c, v) = w * max(cos(E_c, E_v), 0) with w = 2.0, and RefPAC-S the harmonic mean
 of PAC-S and the best cosine between the candidate and its references. As in the authors' code
 (``evaluation/pac_score/pac_score.py``), candidates and references both get the prompt "A photo depicts",
-images get OpenAI's CLIP preprocessing, and the reference side is neither clipped nor rescaled.
+images get the preprocessing of the model the weights were fine-tuned from (ViT-B/32: OpenAI's CLIP mean/std;
+OpenCLIP ViT-L/14 laion2b_s32b_b82k: mean = std = 0.5, from open_clip's pretrained table, as the authors'
+``compute_metrics.py`` gets it from ``open_clip.create_model_and_transforms``), and the reference side is neither
+clipped nor rescaled (``RefPACScore`` in ``pac_score.py`` takes ``np.max`` of the raw cosines) unless
+``clip_reference_cosine=True`` gives the paper's eq. 5-6, which clip it at 0.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class PACScore(RefCLIPScore):
             ViT-L/14: ``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``).
         device, dtype, batch_size, prefix, w, num_workers, progress: as for ``CLIPScore``; ``w`` defaults
             to 2.0.
+        clip_reference_cosine: RefPAC-S with max(0, best-reference cosine) as the paper's eq. 5-6 write it;
+            ``False`` (default) keeps the authors' code, unclipped. Named in the signature only when ``True``.
 
     Raises:
         ValueError: no checkpoint (the message says where to get one), or one that does not fit ``model``.
@@ -53,6 +59,7 @@ class PACScore(RefCLIPScore):
         w: float = W_PAC_S,
         num_workers: int | None = None,
         progress: bool | None = None,
+        clip_reference_cosine: bool = False,
     ) -> None:
         if checkpoint is None:
             raise ValueError(missing_checkpoint_help())
@@ -60,12 +67,13 @@ class PACScore(RefCLIPScore):
         check_options(
             checkpoint=checkpoint, model=model, device=device, dtype=dtype, batch_size=batch_size,
             prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+            clip_reference_cosine=clip_reference_cosine,
         )  # fmt: skip
         resolved = resolve_checkpoint(checkpoint)
         check_signature_text("checkpoint", resolved.tag)
         options = dict(
             device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
-            num_workers=num_workers, progress=progress,
+            num_workers=num_workers, progress=progress, clip_reference_cosine=clip_reference_cosine,
         )  # fmt: skip
         if resolved.kind == "model_folder" and model is None:
             # A converted checkpoint is a whole model: load it as one, nothing goes on top.
@@ -80,13 +88,12 @@ class PACScore(RefCLIPScore):
             self.model_name = self.backbone.name
 
     def signature_options(self) -> dict[str, object]:
-        return {
-            "model": self.model_name,
-            "checkpoint": self.checkpoint_tag,
-            "prefix": self.prefix,
-            "w": self.w,
-            "dtype": self.backbone.dtype_name,
-        }
+        options: dict[str, object] = {"model": self.model_name, "checkpoint": self.checkpoint_tag}
+        options.update(self.backbone.signature_fields())
+        options.update(prefix=self.prefix, w=self.w, dtype=self.backbone.dtype_name)
+        if self.clip_reference_cosine:  # only when set: signatures from before the option stay valid
+            options["clip_reference_cosine"] = True
+        return options
 
     def __call__(
         self,
@@ -107,8 +114,8 @@ class PACScore(RefCLIPScore):
         # RefCLIPScore's recipe is RefPAC-S's; its keys are renamed (its headline sits under self.name).
         out = RefCLIPScore.__call__(self, predictions, references, images=images, image_embeds=image_embeds)
         return {
-            "pacscore": out["clipscore"],
-            "scores": out["clipscore_scores"],
+            "pacscore": out["clip_s"],
+            "scores": out["clip_s_scores"],
             "refpacscore": out[self.name],
             "refpacscore_scores": out["scores"],
             "signature": out["signature"],

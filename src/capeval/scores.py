@@ -12,6 +12,8 @@ import torch
 
 W_CLIP_S = 2.5  # Hessel et al. 2021, sec. 3: rescales CLIP-S of ViT-B/32 to roughly [0, 1]
 W_PAC_S = 2.0  # Sarto et al. 2023, sec. 4: the rescaling weight of PAC-S
+# Sharif et al. 2020, eq. 2: cossim(a, b) = |a . b| / (|a| |b|), the absolute value of the cosine.
+WEMBSIM_ABSOLUTE_COSINE = True
 
 
 def clip_s(image_emb: torch.Tensor, text_emb: torch.Tensor, w: float = W_CLIP_S) -> torch.Tensor:
@@ -92,13 +94,15 @@ def near_zero_denominators(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def ref_clip_s(
     clip_scores: torch.Tensor, best_ref_cos: torch.Tensor, clip_reference_cosine: bool = False
 ) -> torch.Tensor:
-    """RefCLIP-S = H-Mean(CLIP-S(c, v), max_r cos(c, r)).
+    """RefCLIP-S = H-Mean(CLIP-S(c, v), max_r cos(c, r)); RefPAC-S is the same on PAC-S values.
 
     Args:
-        clip_scores (torch.Tensor): (N,) CLIP-S values (already rescaled by w and clipped at 0).
+        clip_scores (torch.Tensor): (N,) CLIP-S (or PAC-S) values (already rescaled by w and clipped at 0).
         best_ref_cos (torch.Tensor): (N,) best-reference cosines.
-        clip_reference_cosine: clip the text side at 0 as the paper's eq. 2 writes it; the authors'
-            released code (the default) does not.
+        clip_reference_cosine: use max(0, max_r cos(c, r)) as the papers write it (Hessel et al. 2021, eq. 2;
+            Sarto et al. 2023, eq. 5-6); both authors' released code (the default) does not clip
+            (jmhessel/clipscore ``clipscore.py`` ``get_refonlyclipscore``; aimagelab/pacscore
+            ``evaluation/pac_score/pac_score.py`` ``RefPACScore``).
 
     Returns:
         torch.Tensor: (N,) float32.
@@ -108,16 +112,30 @@ def ref_clip_s(
 
 
 def reference_cosines(
-    centroids: np.ndarray, candidate_doc: np.ndarray, reference_doc: np.ndarray, owner: np.ndarray
+    centroids: np.ndarray,
+    candidate_doc: np.ndarray,
+    reference_doc: np.ndarray,
+    owner: np.ndarray,
+    absolute: bool = WEMBSIM_ABSOLUTE_COSINE,
 ) -> np.ndarray:
-    """(M,) cosine of each reference's mean embedding with its candidate's; NaN where either is zero."""
+    """(M,) cosine of each reference's mean embedding with its candidate's; NaN where either is zero.
+
+    Args:
+        centroids (np.ndarray): (K, D) mean word embeddings of every document.
+        candidate_doc (np.ndarray): (N,) row of each candidate in ``centroids``.
+        reference_doc (np.ndarray): (M,) row of each reference in ``centroids``.
+        owner (np.ndarray): (M,) the candidate each reference belongs to.
+        absolute: |a . b| / (|a| |b|) as Sharif et al. 2020 write it (eq. 2), so opposite mean embeddings
+            count as similar as aligned ones; ``False`` keeps the sign (a . b / (|a| |b|), in [-1, 1]).
+    """
     norms = np.linalg.norm(centroids, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         unit = centroids / norms[:, None]
     unit[norms == 0] = np.nan
     c = unit[candidate_doc[owner]]
     r = unit[reference_doc]
-    return np.einsum("ij,ij->i", c, r)
+    cosines = np.einsum("ij,ij->i", c, r)
+    return np.abs(cosines) if absolute else cosines
 
 
 def reduce_over_references(cosines: np.ndarray, owner: np.ndarray, n: int, reduction: str) -> np.ndarray:

@@ -289,8 +289,11 @@ _OPTION_RULES: dict[str, Callable] = {
     "progress": lambda v: check_flag("progress", v, optional=True),
     "clip_reference_cosine": lambda v: check_flag("clip_reference_cosine", v),
     "normalize_vectors": lambda v: check_flag("normalize_vectors", v),
+    "absolute_cosine": lambda v: check_flag("absolute_cosine", v),
     "prune": lambda v: check_flag("prune", v),
 }
+
+OPTION_RULE_NAMES = frozenset(_OPTION_RULES)  # the options check_options has a rule for
 
 
 def check_options(**options) -> dict:

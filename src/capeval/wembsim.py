@@ -1,7 +1,8 @@
-"""WEmbSim (Sharif et al., DICTA 2020): cosine of the mean word embeddings of a caption and its references.
+"""WEmbSim (Sharif et al., DICTA 2020): |cosine| of the mean word embeddings of a caption and its references.
 
 Each caption becomes the mean of the vectors of its tokens (the paper's MOWE) after stopword and
-out-of-vocabulary removal; a candidate's score combines its cosines with every reference by ``mean`` (the
+out-of-vocabulary removal; the similarity of two captions is the absolute cosine of their means (the paper's
+eq. 2; ``absolute_cosine=False`` keeps the sign); a candidate's score combines them over its references by ``mean`` (the
 paper), ``max`` or ``min``; the corpus score is the mean. Tokenisation and stopwords are the ones of the WMD
 metric (the COCO toolkit's PTB tokens and NLTK-derived list), so both embedding metrics see the same words.
 """
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from capeval.scores import reduce_over_references, reference_cosines
+from capeval.scores import WEMBSIM_ABSOLUTE_COSINE, reduce_over_references, reference_cosines
 from capeval.signature import build_signature
 from capeval.text.documents import mean_embeddings, prepare_batch
 from capeval.text.stopwords import resolve_stopwords
@@ -33,10 +34,14 @@ class WEmbSim:
         reduction: ``"mean"`` over references (the paper), ``"max"`` or ``"min"``.
         stopwords: ``"coco"`` (default, the NLTK-derived list of the COCO toolkit), ``"none"`` or a set.
         normalize_vectors: average unit-length word vectors instead of raw ones.
+        tokenizer: ``"ptb"`` or a callable caption -> tokens.
+        absolute_cosine: ``True`` (default) takes |cos| as the paper's eq. 2 writes it
+            (``capeval.scores.reference_cosines``); ``False`` keeps the signed cosine (capeval 0.1's form), which
+            scores a caption whose mean embedding points away from a reference's below 0. On Flickr8k-Expert and
+            Pascal-50S with GloVe-6B-50d both give the same figures (metrics/wembsim/README.md).
 
     Words whose vector is all zeros are out of vocabulary (with a warning): they have no direction, only rescale
     a raw mean (no cosine changes) and are 0/0 normalised.
-        tokenizer: ``"ptb"`` or a callable caption -> tokens.
     """
 
     name = "wembsim"
@@ -48,11 +53,15 @@ class WEmbSim:
         stopwords="coco",
         normalize_vectors: bool = False,
         tokenizer="ptb",
+        absolute_cosine: bool = WEMBSIM_ABSOLUTE_COSINE,
     ) -> None:
         if not isinstance(reduction, str) or reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         # Every option is checked before the vectors load (seconds to minutes for large files).
-        options = check_options(vectors=vectors, normalize_vectors=normalize_vectors)
+        options = check_options(
+            vectors=vectors, normalize_vectors=normalize_vectors, absolute_cosine=absolute_cosine
+        )
+        self.absolute_cosine = options["absolute_cosine"]
         self.reduction = reduction
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
         self.normalize_vectors = options["normalize_vectors"]
@@ -68,6 +77,9 @@ class WEmbSim:
             "stopwords": self.stopwords_label,
             "tokenizer": self.tokenizer_label,
             "reduction": self.reduction,
+            # Always named: signatures from before this option (none) meant the signed cosine, which is no
+            # longer the default, so a cache keyed by them must not answer for the default.
+            "absolute_cosine": self.absolute_cosine,
         }
 
     @property
@@ -95,7 +107,9 @@ class WEmbSim:
             exclude=self.vectors.zero_words,
         )
         centroids = mean_embeddings(batch.documents)
-        cosines = reference_cosines(centroids, batch.candidate_doc, batch.reference_doc, batch.owner)
+        cosines = reference_cosines(
+            centroids, batch.candidate_doc, batch.reference_doc, batch.owner, absolute=self.absolute_cosine
+        )
         scores = reduce_over_references(cosines, batch.owner, len(predictions), self.reduction)
         warn_empty("predictions", batch.empty_candidates(), "score 0")
         warn_empty("references", batch.empty_references(), "left out of their caption's combination")

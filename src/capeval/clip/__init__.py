@@ -3,6 +3,7 @@
 It knows nothing of metrics, corpora, benchmarks or demos (a test walks the imports). Modules, bottom up:
 
 - ``checkpoints/``: reading weight files safely, the authors' layouts, PAC-S conversion;
+- ``image_constants``: a model's image mean/std, by the origin of its weights or its preprocessor config;
 - ``backbones``: loading a CLIP model once per process (device, dtype, preprocessing constants);
 - ``images``, ``video``, ``tokenization``: inputs to pixels, frames and token ids, as the authors made them;
 - ``batching``: out-of-memory back-off, de-duplication, progress;

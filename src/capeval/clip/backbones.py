@@ -1,9 +1,10 @@
 """Loading CLIP-family backbones once per process, with the device and dtype policy.
 
 A backbone is a transformers ``CLIPModel`` with its tokenizer and the image-preprocessing constants
-(input size, mean, std) read from the model folder. It is identified by the model id and a revision:
-the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so that a
-score's signature names exactly the weights that produced it.
+(input size from its config; mean and std decided by ``capeval.clip.image_constants``: by the weights' origin
+where it is known, else by the model's ``preprocessor_config.json``, never assumed). It is identified by the
+model id and a revision: the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so
+that a score's signature names exactly the weights that produced it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from pathlib import Path
 import torch
 
 from capeval.clip.checkpoints.files import check_finite, weights_sha256
+from capeval.clip.image_constants import (
+    PREPROCESSOR_FILE,
+    ImageConstants,
+    decide_image_constants,
+    folder_origins,
+)
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
-OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
-OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -42,6 +47,8 @@ class Backbone:
         image_std: per-channel normalisation std.
         context_length: text positions (77 for every released CLIP).
         weights: free-form tag of extra weights loaded on top (e.g. a PAC-S checkpoint), for signatures.
+        origin: the known origin whose constants ``image_mean``/``image_std`` are
+            (``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``), or ``None`` when the model's preprocessor config gave them.
     """
 
     model: torch.nn.Module
@@ -55,12 +62,21 @@ class Backbone:
     image_std: tuple[float, float, float]
     context_length: int
     weights: str | None = None
+    origin: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         """``model_id@revision``, as written into signatures."""
         return f"{self.model_id}@{self.revision}"
+
+    @property
+    def image_constants(self) -> ImageConstants:
+        return ImageConstants(tuple(self.image_mean), tuple(self.image_std), self.origin)
+
+    def signature_fields(self) -> dict[str, str]:
+        """``image_mean``/``image_std`` for a signature when they differ from OpenAI CLIP's, else nothing."""
+        return self.image_constants.signature_fields()
 
     @property
     def embed_dim(self) -> int:
@@ -182,11 +198,12 @@ def _locate(model: str) -> tuple[Path, str]:
     return config_path.parent, config_path.parent.name[:7]
 
 
-def write_preprocessor_config(
-    folder: str | os.PathLike, image_size: int, mean: tuple = OPENAI_IMAGE_MEAN, std: tuple = OPENAI_IMAGE_STD
-) -> Path:
+def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: tuple, std: tuple) -> Path:
     """Write CLIP's preprocessing (bicubic shorter-side resize, centre crop, ``mean``/``std``) as the
-    ``preprocessor_config.json`` transformers' CLIP folders carry, the file ``load_backbone`` reads back."""
+    ``preprocessor_config.json`` transformers' CLIP folders carry, the file ``load_backbone`` reads back.
+
+    ``mean`` and ``std`` have no default: they are the model's (``Backbone.image_mean``/``image_std``, or
+    ``OPENAI_IMAGE_MEAN``/``OPENAI_IMAGE_STD`` for a model trained with OpenAI's), never assumed."""
     cfg = {
         "image_processor_type": "CLIPImageProcessor",
         "do_resize": True,
@@ -201,28 +218,26 @@ def write_preprocessor_config(
         "image_std": list(std),
         "do_convert_rgb": True,
     }
-    path = Path(folder) / "preprocessor_config.json"
+    path = Path(folder) / PREPROCESSOR_FILE
     path.write_text(json.dumps(cfg, indent=2))
     return path
 
 
-def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, tuple, tuple]:
-    """Input size from the vision config; mean/std from preprocessor_config.json, else OpenAI's."""
+def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, ImageConstants]:
+    """Input size from the vision config; mean/std by origin or from preprocessor_config.json (never assumed)."""
     size = int(config.vision_config.image_size)
-    mean, std = OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-    pre = folder / "preprocessor_config.json"
+    pre: Path | None = folder / PREPROCESSOR_FILE
     if not pre.is_file() and hub_id is not None:
         from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
 
         try:
-            pre = Path(hf_hub_download(hub_id, "preprocessor_config.json", revision=folder.name))
-        except Exception:  # noqa: BLE001 - a repo without it uses CLIP's published constants
-            pass
-    if pre.is_file():
-        cfg = json.loads(pre.read_text())
-        mean = tuple(cfg.get("image_mean", mean))
-        std = tuple(cfg.get("image_std", std))
-    return size, mean, std
+            pre = Path(hf_hub_download(hub_id, PREPROCESSOR_FILE, revision=folder.name))
+        except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
+            pre = None
+    where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
+    origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
+    return size, decide_image_constants(where, folder, pre, origins)
 
 
 def load_backbone(
@@ -272,6 +287,8 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     hub = source != str(folder)
     if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
         _check_tokenizer_files(folder, model, hub)
+        # Before the weights are read: a folder whose normalisation is unknown costs nothing to refuse.
+        size, constants = _image_constants(folder, config, None)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -296,6 +313,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         if bars:
             hf_logging.enable_progress_bar()
     _check_tokenizer(tokenizer, config, folder, model, hub)
+    if hub:
+        # After the tokenizer check: a snapshot without tokenizer files is refused for that first.
+        size, constants = _image_constants(folder, config, model)
     where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
     check_finite(clip.state_dict().items(), where)
     weights_tag = None
@@ -309,7 +329,6 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         # float16 tops out at 65504: a larger weight becomes inf in the cast.
         what = where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
         check_finite(clip.state_dict().items(), what, cast_to=dt)
-    size, mean, std = _image_constants(folder, config, None if source == str(folder) else model)
     return Backbone(
         model=clip,
         tokenizer=tokenizer,
@@ -318,10 +337,11 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         device=dev,
         dtype=dt,
         image_size=size,
-        image_mean=mean,
-        image_std=std,
+        image_mean=constants.mean,
+        image_std=constants.std,
         context_length=int(config.text_config.max_position_embeddings),
         weights=weights_tag,
+        origin=constants.origin,
     )
 
 

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.npy_images import is_npy, npy_header, read_npy
+
 ImageInput = Any  # PIL.Image.Image | str | os.PathLike | np.ndarray | torch.Tensor | {"bytes", "path"}
 
 _ACCEPTED = (
@@ -294,6 +296,15 @@ def _array_to_pil(arr: np.ndarray, index: int) -> Image.Image:
     return Image.fromarray(np.ascontiguousarray(arr))
 
 
+def _read_npy(data, index: int, label: str) -> Image.Image:
+    """An (H, W[, C]) array stored as ``.npy`` bytes, its size checked from the header before it is allocated."""
+    what = _what(index, label)
+    shape, _ = npy_header(data, what)
+    if len(shape) in (2, 3):
+        check_geometry(shape[1], shape[0], what)
+    return _array_to_pil(_array_pixels(read_npy(data, what), index), index)
+
+
 def load_image(image: ImageInput, index: int) -> Image.Image:
     """Read one image input into a PIL image, with errors that name the index (and path).
 
@@ -333,7 +344,10 @@ def _read(image: ImageInput, index: int) -> Image.Image:
         return _array_to_pil(_array_pixels(image, index), index)
     if isinstance(image, dict):
         if image.get("bytes") is not None:
-            return _open(io.BytesIO(_image_bytes(image, index)), index, _describe(image))
+            data = _image_bytes(image, index)
+            if is_npy(data):  # an in-memory array as capeval stores it for evaluate (capeval.clip.npy_images)
+                return _read_npy(data, index, _describe(image))
+            return _open(io.BytesIO(data), index, _describe(image))
         if image.get("path"):
             return _read(image["path"], index)
         raise ValueError(

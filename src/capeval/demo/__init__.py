@@ -4,8 +4,9 @@
 >>> demo = build_demo("clipscore")          # doctest: +SKIP
 >>> launch(demo, server_name="127.0.0.1")   # doctest: +SKIP
 
-The model is chosen from a fixed list (``CAPEVAL_DEMO_MODEL`` sets the default; offline, the shapes CLIP
-shipped with capeval); see ``capeval.demo.choices``. Safety limits live in ``capeval.demo.limits``.
+The model is chosen from a fixed list (``capeval.demo.choices``); the one a Space starts with is decided once,
+at start-up, by ``capeval.demo.models`` (``CAPEVAL_DEMO_MODEL``, else the paper's CLIP when cached or served by
+the Hub, else the shapes CLIP shipped with capeval, under a banner). Safety limits live in ``capeval.demo.limits``.
 """
 
 from __future__ import annotations

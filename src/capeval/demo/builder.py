@@ -7,6 +7,7 @@ message for the visitor (never a stack trace) and reads the metric card shown un
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 from pathlib import Path
@@ -19,7 +20,12 @@ from capeval.demo.panels import get_panel
 from capeval.demo.render import corpus_line, ranked_table
 
 logger = logging.getLogger(__name__)
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.@+~-]+)+[/\\]?")
+# A server path starts a word: the "/" inside a Hub id ("openai/clip-vit-base-patch32") or a URL is kept.
+_PATH = re.compile(r"(?<![\w.@+~:/\\-])(?:[A-Za-z]:)?(?:[/\\][\w.@+~-]+)+[/\\]?")
+_BANNER_STYLE = (
+    "background:#fff3cd;color:#664d03;border:2px solid #e0a800;border-radius:6px;padding:10px 14px;"
+    "font-size:1.05em"
+)
 _FRONT_MATTER = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
 
 
@@ -83,7 +89,13 @@ def build_demo(
     panel = get_panel(metric, limits) if isinstance(metric, str) else metric
     card_text = read_card(panel.metric, card)
     with gr.Blocks(title=f"{panel.title} (capeval)", analytics_enabled=False) as demo:
-        gr.Markdown(f"# {panel.title}\n{panel.summary}", elem_id="demo-header")
+        gr.Markdown(f"# {panel.title}\n{panel.header()}", elem_id="demo-header")
+        banner = panel.banner()
+        if banner:
+            gr.HTML(
+                f'<div role="alert" style="{_BANNER_STYLE}"><b>&#9888; {html.escape(banner)}</b></div>',
+                elem_id="demo-banner",
+            )
         notice = panel.notice()
         if notice:
             gr.Markdown(notice, elem_id="demo-notice")

@@ -5,7 +5,8 @@ Nothing a visitor types becomes a path or a Hub id, so the demo never reads a se
 repository a visitor names. The operator configures the list with environment variables:
 
 - ``CAPEVAL_DEMO_MODEL``: the CLIP the demo starts with (Hub id or local folder). Unset: the paper's model
-  (``openai/clip-vit-base-patch32``) when the Hub is reachable, else the shapes CLIP shipped with capeval.
+  (``openai/clip-vit-base-patch32``) when it is cached or the Hub serves it, else the shapes CLIP shipped with
+  capeval (``capeval.demo.models`` decides, once, when the Space starts).
 - ``CAPEVAL_DEMO_CHECKPOINT``: PAC-S weights (file, converted folder or Hub repo) for the pacscore demo.
 - ``CAPEVAL_DEMO_VECTORS``: word vectors for wmd/wembsim (default: the packaged GloVe-6B-50d).
 """
@@ -16,13 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.clip.backbones import DEFAULT_MODEL
-
 MODEL_ENV = "CAPEVAL_DEMO_MODEL"
 CHECKPOINT_ENV = "CAPEVAL_DEMO_CHECKPOINT"
 VECTORS_ENV = "CAPEVAL_DEMO_VECTORS"
 SHAPES_KEY = "shapes-clip"
-_FALSY = ("", "0", "false", "False", "no")
 
 
 @dataclass(frozen=True)
@@ -34,11 +32,6 @@ class Choice:
     spec: str | None
 
 
-def hub_offline() -> bool:
-    """Whether the Hugging Face Hub is switched off (``HF_HUB_OFFLINE``)."""
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in _FALSY
-
-
 def shapes_clip() -> str | None:
     """Folder of the tiny CLIP trained on drawn shapes (ships with capeval), ``None`` if it is missing."""
     from capeval.testing.shapes import shapes_clip_path
@@ -47,38 +40,13 @@ def shapes_clip() -> str | None:
     return str(path) if (path / "config.json").is_file() else None
 
 
-def _same_folder(a: str | None, b: str | None) -> bool:
+def same_folder(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
-def _label_of(spec: str) -> str:
+def label_of(spec: str) -> str:
     path = Path(os.path.expanduser(spec))
     return path.name if path.is_dir() else spec
-
-
-def _spec_label(spec: str) -> str:
-    if _same_folder(spec, shapes_clip()):
-        return "shapes CLIP (tiny, offline; drawn shapes only)"
-    return _label_of(spec)
-
-
-def model_choices() -> list[Choice]:
-    """The CLIPs offered, the default first."""
-    out: list[Choice] = []
-    configured = os.environ.get(MODEL_ENV)
-    if configured:
-        key = SHAPES_KEY if _same_folder(configured, shapes_clip()) else "configured"
-        out.append(Choice(key, _spec_label(configured), configured))
-    if not hub_offline() and configured != DEFAULT_MODEL:
-        out.append(Choice(DEFAULT_MODEL, f"{DEFAULT_MODEL} (the paper's CLIP)", DEFAULT_MODEL))
-    shapes = shapes_clip()
-    if shapes is not None and all(c.key != SHAPES_KEY for c in out):
-        out.append(Choice(SHAPES_KEY, _spec_label(shapes), shapes))
-    if not out:
-        raise RuntimeError(
-            f"no model to offer: the Hub is offline, {MODEL_ENV} is unset and the shapes CLIP is missing"
-        )
-    return out
 
 
 def checkpoint_choices() -> list[Choice]:
@@ -86,7 +54,7 @@ def checkpoint_choices() -> list[Choice]:
     configured = os.environ.get(CHECKPOINT_ENV)
     if not configured:
         return []
-    return [Choice("configured", _label_of(configured), configured)]
+    return [Choice("configured", label_of(configured), configured)]
 
 
 def vector_choices() -> list[Choice]:
@@ -96,7 +64,7 @@ def vector_choices() -> list[Choice]:
     out: list[Choice] = []
     configured = os.environ.get(VECTORS_ENV)
     if configured and configured != DEFAULT_VECTORS:
-        out.append(Choice("configured", _label_of(configured), configured))
+        out.append(Choice("configured", label_of(configured), configured))
     out.append(Choice("glove", f"{DEFAULT_VECTORS} (packaged GloVe, 50-d)", None))
     return out
 

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
 from capeval.demo.limits import DEFAULT_LIMITS, Limits
 from capeval.demo.render import Row
+
+if TYPE_CHECKING:
+    from capeval.demo.models import ModelPlan
 
 
 @dataclass
@@ -66,8 +70,49 @@ class Panel:
         """A warning shown above the inputs (e.g. PAC-S weights missing), or ``None``."""
         return None
 
+    def banner(self) -> str | None:
+        """A warning shown at the top of the page about the model in use (plain text), or ``None``."""
+        return None
+
+    def header(self) -> str:
+        """The sentences under the title: what to give and how to read the numbers."""
+        return self.summary
+
     def score(self, **values) -> Scored:
         raise NotImplementedError
+
+
+class ModelPanel(Panel):
+    """A panel that scores with a CLIP chosen from ``capeval.demo.models``: decided once, on first use."""
+
+    @cached_property
+    def model_plan(self) -> ModelPlan:
+        from capeval.demo.models import decide_model, log_plan
+
+        plan = decide_model()
+        log_plan(plan, self.metric)
+        return plan
+
+    def model_choices(self) -> list:
+        from capeval.demo.models import model_choices
+
+        return model_choices(self.model_plan)
+
+    def banner(self) -> str | None:
+        from capeval.demo.models import banner
+
+        return banner(self.model_plan)
+
+    def scorer(self, key: str | None, make):
+        """``make(spec)`` for the model the visitor chose, refused at once when it cannot be had."""
+        from capeval.demo.choices import resolve
+        from capeval.demo.models import check_loadable, loading
+
+        offered = self.model_choices()
+        spec = resolve(offered, key, "model").spec
+        check_loadable(spec, offered)
+        with loading(spec, offered):
+            return make(spec)
 
 
 def choice_dropdown(choices: list, label: str, elem_id: str) -> gr.Dropdown:

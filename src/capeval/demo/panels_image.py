@@ -7,14 +7,15 @@ corpus score is their mean, as the metric computes it for a batch.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import gradio as gr
 
 from capeval.clip.tokenization import PREFIX
-from capeval.demo.choices import checkpoint_choices, model_choices, resolve
+from capeval.demo.choices import checkpoint_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
-from capeval.demo.panel import Panel, Scored, choice_dropdown
+from capeval.demo.panel import ModelPanel, Scored, choice_dropdown
 from capeval.demo.render import Row
 from capeval.demo.uploads import (
     UploadedImage,
@@ -25,9 +26,13 @@ from capeval.demo.uploads import (
 from capeval.scores import W_CLIP_S, W_PAC_S
 
 _MAX_PREFIX_CHARS = 100
+_NO_STAND_IN = (
+    "The shapes CLIP that the other Spaces fall back on offline is not offered in their place: it has no "
+    "PAC-S weights, so what it would score is not PAC-S."
+)
 
 
-class ImagePanel(Panel):
+class ImagePanel(ModelPanel):
     """Shared inputs and checks of the image panels."""
 
     references: str = "none"  # "none", "required" or "optional"
@@ -53,7 +58,7 @@ class ImagePanel(Panel):
         return inputs
 
     def _model_options(self) -> dict:
-        return {"model": choice_dropdown(model_choices(), "CLIP model", "model-option")}
+        return {"model": choice_dropdown(self.model_choices(), "CLIP model", "model-option")}
 
     def build_options(self) -> dict:
         return {
@@ -111,12 +116,16 @@ class CLIPScorePanel(ImagePanel):
     )
     scale = W_CLIP_S  # the largest CLIP-S
 
+    def header(self) -> str:
+        from capeval.demo.models import PAPER_CLIP_S_SENTENCE, clip_s_scale_sentence
+
+        return self.summary.replace(PAPER_CLIP_S_SENTENCE, clip_s_scale_sentence(self.model_plan))
+
     def score(self, image=None, captions="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
         import capeval
 
         path, cands, _, w = self._common(image, captions, None, prefix, w)
-        spec = resolve(model_choices(), model, "model").spec
-        scorer = capeval.CLIPScore(model=spec, prefix=prefix, w=w)
+        scorer = self.scorer(model, lambda spec: capeval.CLIPScore(model=spec, prefix=prefix, w=w))
         self._check_work(path, scorer)
         result = scorer(cands, images=[path] * len(cands))
         rows = [Row(c, s) for c, s in zip(cands, result["scores"], strict=True)]
@@ -139,18 +148,17 @@ class RefCLIPScorePanel(ImagePanel):
         import capeval
 
         path, cands, refs, w = self._common(image, captions, references, prefix, w)
-        spec = resolve(model_choices(), model, "model").spec
-        scorer = capeval.RefCLIPScore(model=spec, prefix=prefix, w=w)
+        scorer = self.scorer(model, lambda spec: capeval.RefCLIPScore(model=spec, prefix=prefix, w=w))
         self._check_work(path, scorer)
         result = scorer(cands, [refs] * len(cands), images=[path] * len(cands))
         rows = [
             Row(c, s, {"CLIP-S": cs})
-            for c, s, cs in zip(cands, result["scores"], result["clipscore_scores"], strict=True)
+            for c, s, cs in zip(cands, result["scores"], result["clip_s_scores"], strict=True)
         ]
         return Scored(
             rows=rows,
             corpus=result["refclipscore"],
-            corpus_extra={"CLIP-S": result["clipscore"]},
+            corpus_extra={"CLIP-S": result["clip_s"]},
             result=result,
         )
 
@@ -168,14 +176,27 @@ class PACScorePanel(ImagePanel):
     )
     scale = W_PAC_S  # the largest PAC-S
 
+    def banner(self) -> str | None:
+        return None  # PAC-S scores with its own weights or not at all: no CLIP stands in (see notice)
+
+    @cached_property
+    def checkpoint_problem(self) -> str | None:
+        """Why the configured PAC-S weights cannot be used now (decided once, at start-up), or ``None``."""
+        from capeval.demo.models import checkpoint_problem
+
+        choices = checkpoint_choices()
+        return checkpoint_problem(choices[0].spec) if choices else None
+
     def notice(self) -> str | None:
         if checkpoint_choices():
-            return None
+            if self.checkpoint_problem is None:
+                return None
+            return f"**PAC-S cannot score on this server now**: {self.checkpoint_problem}. {_NO_STAND_IN}"
         from capeval.clip.checkpoints.load import missing_checkpoint_help
 
         return (
             "**PAC-S weights are not configured on this server**, so scoring will refuse to run. "
-            f"{missing_checkpoint_help()} The operator sets `CAPEVAL_DEMO_CHECKPOINT` to them."
+            f"{missing_checkpoint_help()} The operator sets `CAPEVAL_DEMO_CHECKPOINT` to them. {_NO_STAND_IN}"
         )
 
     def build_options(self) -> dict:
@@ -197,6 +218,8 @@ class PACScorePanel(ImagePanel):
 
             raise InputError(missing_checkpoint_help())
         spec = resolve(choices, checkpoint, "checkpoint").spec
+        if self.checkpoint_problem is not None:
+            raise InputError(f"PAC-S cannot score on this server now: {self.checkpoint_problem}.")
         scorer = PACScore(checkpoint=spec, prefix=prefix, w=w)
         self._check_work(path, scorer)
         n = len(cands)

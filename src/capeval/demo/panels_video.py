@@ -12,9 +12,8 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from capeval.demo.choices import model_choices, resolve
 from capeval.demo.limits import InputError, check_texts, split_lines
-from capeval.demo.panel import Panel, Scored, choice_dropdown
+from capeval.demo.panel import ModelPanel, Scored, choice_dropdown
 from capeval.demo.render import Row, heatmap
 from capeval.demo.uploads import (
     UploadedFrames,
@@ -57,7 +56,7 @@ def token_frame_similarity(scorer, clip, text: str) -> tuple[list[str], np.ndarr
     return token_labels(scorer.backbone.tokenizer, ids[0]), sim
 
 
-class EMScorePanel(Panel):
+class EMScorePanel(ModelPanel):
     metric = "emscore"
     title = "EMScore"
     headline = "EMScore"
@@ -97,7 +96,7 @@ class EMScorePanel(Panel):
 
     def build_options(self) -> dict:
         return {
-            "model": choice_dropdown(model_choices(), "CLIP model", "model-option"),
+            "model": choice_dropdown(self.model_choices(), "CLIP model", "model-option"),
             "num_frames": gr.Slider(
                 1,
                 self.limits.max_frames,
@@ -184,8 +183,9 @@ class EMScorePanel(Panel):
             raise InputError("Upload a video (or frames), type references, or both.")
         if num_frames is None or not 1 <= int(num_frames) <= self.limits.max_frames:
             raise InputError(f"Frames per video must be between 1 and {self.limits.max_frames}.")
-        spec = resolve(model_choices(), model, "model").spec
-        scorer = EMScore(model=spec, num_frames=int(num_frames), idf=bool(idf))
+        scorer = self.scorer(
+            model, lambda spec: EMScore(model=spec, num_frames=int(num_frames), idf=bool(idf))
+        )
         self._check_work(clip, int(num_frames), scorer.backbone.image_size)
         n = len(cands)
         result = scorer(cands, [refs] * n if refs else None, videos=[clip] * n if clip is not None else None)

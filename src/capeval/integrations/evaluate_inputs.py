@@ -12,15 +12,53 @@ file lock): two threads in ``compute`` at once tear it down under each other, an
 wait their turn and each gets the result a lone call gets. (Streaming with ``add_batch`` from several threads
 into one object still mixes their items into one stream, as evaluate defines it: give each stream its own
 module object.)
+
+Inputs and options follow evaluate's own contracts, so ``evaluate.combine`` of image and text metrics works:
+images and videos are declared inputs (stored unchanged: ``capeval.integrations.evaluate_storage``), every module
+accepts every module's inputs (``INPUTS``) and ignores those it does not use, and options given to
+``evaluate.load(path, model=...)`` are kept by the module and used under those given to ``compute``.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 
-from capeval.validation import check_predictions, check_reference_list, check_references, has_visible_text
+from capeval.integrations.evaluate_storage import read_stored_video, stored_image, stored_video
+from capeval.validation import (
+    OPTION_RULE_NAMES,
+    check_options,
+    check_predictions,
+    check_reference_list,
+    check_references,
+    check_same_length,
+    has_visible_text,
+)
 
 REFERENCES = ("required", "optional", "ignored")
+MEDIA = ("images", "videos")
+
+# The inputs of every capeval module, which every module accepts (and ignores where unused): evaluate.combine
+# gives each module every keyword of compute().
+INPUTS = ("predictions", "references", "images", "image_embeds", "videos", "video_embeds")
+_EMBEDS = {"images": "image_embeds", "videos": "video_embeds"}
+_STORE = {"images": stored_image, "videos": stored_video}
+_READ = {"images": lambda item: item, "videos": read_stored_video}
+# What evaluate.load passes to every module's constructor (EvaluationModule.__init__'s own parameters).
+_EVALUATE_INIT = frozenset(
+    {
+        "config_name",
+        "keep_in_memory",
+        "cache_dir",
+        "num_process",
+        "process_id",
+        "seed",
+        "experiment_id",
+        "hash",
+        "max_concurrent_cache_files",
+        "timeout",
+    }
+)
 
 
 def _as_list(values):
@@ -32,22 +70,53 @@ def _as_list(values):
 
 
 class GuardedMetric:
-    """Mixin before ``evaluate.Metric`` in capeval's modules: ``class CLIPScore(capeval.GuardedMetric, evaluate.Metric)``.
+    """Mixin before ``evaluate.Metric`` in capeval's modules: ``class Clipscore(capeval.GuardedMetric, evaluate.Metric)``.
 
     Attributes:
         references_input: ``"required"`` (refclipscore, wmd, wembsim); ``"optional"`` (pacscore, emscore:
             omitted, or an empty list for every prediction, means none); ``"ignored"`` (clipscore declares no
             references: evaluate drops them, so a text metric's references can pass through
             ``evaluate.combine``).
+        media_input: the declared input stored losslessly, ``"images"`` (a ``datasets.Image(decode=False)``
+            feature) or ``"videos"`` (``capeval.integrations.evaluate_storage.VIDEO_FEATURE``); ``None`` for the
+            text metrics. Optional per row: precomputed embeddings given to ``compute`` stand in for it.
+        metric_label: the readable name in messages (``"RefCLIPScore"``); ``evaluate`` names the module after
+            its class (``refclipscore``), which is its folder's name.
     """
 
     references_input = "ignored"
+    media_input: str | None = None
+    metric_label: str | None = None
 
     def __init__(self, *args, **kwargs) -> None:
         if self.references_input not in REFERENCES:
             raise ValueError(f"references_input must be one of {REFERENCES}, got {self.references_input!r}")
+        if self.media_input not in (None, *MEDIA):
+            raise ValueError(f"media_input must be None or one of {MEDIA}, got {self.media_input!r}")
+        # evaluate.load(path, **init_kwargs) hands its extra keywords to the constructor, and evaluate's own
+        # constructor swallows unknown ones: take the module's options here, and refuse anything else by name.
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in self.option_names()}
+        unknown = sorted(set(kwargs) - _EVALUATE_INIT)
+        if unknown:
+            raise TypeError(
+                f"{self._metric_label()} does not take {unknown} when loading; its options are "
+                f"{list(self.option_names())}"
+            )
+        shared = {name: value for name, value in options.items() if name in OPTION_RULE_NAMES}
+        self._load_options = {**options, **check_options(**shared)}
         super().__init__(*args, **kwargs)
         self._call_lock = threading.RLock()
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The options of this module: the keywords of its ``_compute`` that are not inputs."""
+        params = inspect.signature(cls._compute).parameters
+        return tuple(name for name in params if name != "self" and name not in INPUTS)
+
+    @property
+    def load_options(self) -> dict:
+        """The options given when loading (``evaluate.load(path, model=...)``), used under those of ``compute``."""
+        return dict(self._load_options)
 
     # A lock does not pickle: a copied or unpickled module gets a fresh one (evaluate keeps modules picklable).
     def __getstate__(self) -> dict:
@@ -60,7 +129,17 @@ class GuardedMetric:
         self._call_lock = threading.RLock()
 
     def _metric_label(self) -> str:
-        return type(self).__name__  # the capeval class name (evaluate's own name is "ref_clip_score")
+        return self.metric_label or type(self).__name__
+
+    def _refuse_foreign_options(self, kwargs: dict) -> None:
+        foreign = sorted(set(kwargs) - set(INPUTS) - set(self.option_names()))
+        if foreign:
+            raise TypeError(
+                f"{self._metric_label()} ({self.name}) has no option {foreign}; its options are "
+                f"{list(self.option_names())}. evaluate.combine gives every module every keyword of compute(): "
+                f"give an option only some modules take when loading them, "
+                f"evaluate.load(path, {foreign[0]}=...)"
+            )
 
     def _checked_batch(self, predictions, references, call: str):
         """``(predictions, references)`` checked item by item; references filled in when optional."""
@@ -83,21 +162,89 @@ class GuardedMetric:
         optional = self.references_input == "optional"
         return predictions, check_references(_as_list(references), len(predictions), allow_empty=optional)
 
+    def _stored_media(self, kwargs: dict, n: int, call: str) -> dict:
+        """``kwargs`` with the images (or videos) of ``n`` predictions as evaluate stores them: each encoded
+        losslessly by ``evaluate_storage``, or ``None`` per row when none are given (embeddings at compute).
+        The inputs of other modules (a text metric given ``images=``) are accepted and left out, as ``compute``
+        ignores them."""
+        name = self.media_input
+        own = {name, _EMBEDS.get(name)}
+        kwargs = {key: value for key, value in kwargs.items() if key not in INPUTS or key in own}
+        if name is None:
+            return kwargs
+        if _EMBEDS[name] in kwargs:
+            raise TypeError(
+                f"{call} takes {name}=, not {_EMBEDS[name]}= (precomputed embeddings are given to compute(), "
+                "for every prediction stored)"
+            )
+        store = _STORE[name]
+        media = kwargs.get(name)
+        if media is None:
+            return {**kwargs, name: [store(None, i) for i in range(n)]}
+        check_same_length(name, media, n)  # a stacked array or tensor is one image (or video) per row
+        return {**kwargs, name: [store(item, i) for i, item in enumerate(media)]}
+
+    def _media_for_scorer(self, column, embeds):
+        """In ``_compute``: the stored images (or videos) for the plain API, or ``None`` where embeddings (or, for
+        EMScore, references alone) stand in for them.
+
+        Raises:
+            ValueError: some predictions stored with an image and others without, or images and embeddings both.
+        """
+        name = self.media_input
+        column = [] if column is None else [_READ[name](item) for item in column]
+        given = [i for i, item in enumerate(column) if item is not None]
+        if embeds is not None:
+            if given:
+                raise ValueError(
+                    f"{self._metric_label()}: prediction {given[0]} was given {name}= (by add/add_batch/compute) "
+                    f"and {_EMBEDS[name]}= was given to compute(): give one or the other, for every prediction"
+                )
+            return None
+        if not given:
+            return None
+        missing = [i for i, item in enumerate(column) if item is None]
+        if missing:
+            raise ValueError(
+                f"{self._metric_label()}: prediction {missing[0]} was stored without {name}= while prediction "
+                f"{given[0]} has one: give {name}= with every add/add_batch, or {_EMBEDS[name]}= to compute() "
+                "for all of them"
+            )
+        return column
+
     def compute(self, *, predictions=None, references=None, **kwargs):
-        """evaluate's ``compute``, after every prediction and reference is checked; one call at a time per object."""
+        """evaluate's ``compute``, after every input is checked; load-time options under these; one call at a
+        time per object."""
         with self._call_lock:
+            self._refuse_foreign_options(kwargs)
             predictions, references = self._checked_batch(predictions, references, "compute")
-            return super().compute(predictions=predictions, references=references, **kwargs)
+            name = self.media_input
+            if name is not None:
+                if predictions is None and kwargs.get(name) is not None:
+                    raise ValueError(
+                        f"compute: {name}= given without predictions=: give {name}= to add/add_batch with the "
+                        f"predictions they belong to (or {_EMBEDS[name]}= to compute)"
+                    )
+                if kwargs.get(name) is not None and kwargs.get(_EMBEDS[name]) is not None:
+                    raise ValueError(f"pass {name}= or {_EMBEDS[name]}=, not both")
+                if predictions is not None:
+                    kwargs.setdefault(
+                        name, None
+                    )  # evaluate needs every declared input; add_batch fills it in
+            options = {**self._load_options, **kwargs}
+            return super().compute(predictions=predictions, references=references, **options)
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """evaluate's ``add_batch``, after every prediction and reference is checked (nothing bad is stored)."""
+        """evaluate's ``add_batch``, after every input is checked and images stored losslessly."""
         with self._call_lock:
             predictions, references = self._checked_batch(predictions, references, "add_batch")
+            kwargs = self._stored_media(kwargs, len(predictions), "add_batch")
             return super().add_batch(predictions=predictions, references=references, **kwargs)
 
     def add(self, *, prediction=None, reference=None, **kwargs):
-        """evaluate's ``add`` of one prediction (and its references), checked first; ``predictions=`` and
-        ``references=`` are read as ``prediction`` and ``reference``, as evaluate reads them."""
+        """evaluate's ``add`` of one prediction (and its references, image or video), checked first;
+        ``predictions=``/``references=``/``images=``/``videos=`` are read as ``prediction``, ``reference``,
+        ``image``, ``video``, as evaluate reads them."""
         prediction = kwargs.pop("predictions", prediction)
         reference = kwargs.pop("references", reference)
         with self._call_lock:
@@ -120,4 +267,12 @@ class GuardedMetric:
                 reference = check_reference_list(
                     _as_list(reference), None, allow_empty=self.references_input == "optional"
                 )
+            name = self.media_input
+            if name is not None:
+                item = kwargs.pop(name[:-1], None)  # image= / video=
+                item = kwargs.pop(name, item)
+                kwargs = self._stored_media({**kwargs, name: None if item is None else [item]}, 1, "add")
+                kwargs[name] = kwargs[name][0]
+            else:
+                kwargs = self._stored_media(kwargs, 1, "add")
             return super().add(prediction=prediction, reference=reference, **kwargs)

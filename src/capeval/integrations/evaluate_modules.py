@@ -35,7 +35,9 @@ def load(name: str, **kwargs):
 
     Args:
         name: one of ``capeval.METRICS``.
-        **kwargs: passed to ``evaluate.load`` (``config_name``, ``num_process``, ``process_id``, ...).
+        **kwargs: passed to ``evaluate.load``: its own (``config_name``, ``num_process``, ``process_id``, ...)
+            and the module's options (``capeval.load("clipscore", model=..., device="cuda")``), which the module
+            keeps and uses under those given to ``compute``; an option it does not have is a ``TypeError``.
     """
     import evaluate
 

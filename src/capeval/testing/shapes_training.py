@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capeval.clip.backbones import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 from capeval.clip.images import normalize_pixels, resize_and_crop
 from capeval.clip.tokenization import PREFIX, tokenize_captions, with_prefix
 from capeval.testing.shapes_drawing import draw, redraw_variant

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from capeval.clip.backbones import write_preprocessor_config
+from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 
 VOCAB_SIZE = 49408  # 256 bytes x 2 + 48,894 merges + start/end-of-text
 BOS_ID, EOS_ID = 49406, 49407
@@ -129,7 +130,10 @@ def save_clip_folder(model, tokenizer, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    write_preprocessor_config(folder, model.config.vision_config.image_size)
+    # Tiny CLIPs normalise pixels as OpenAI's CLIP does (the shapes CLIP was trained so).
+    write_preprocessor_config(
+        folder, model.config.vision_config.image_size, OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+    )
     return folder
 
 

@@ -52,7 +52,11 @@ def convert_pacscore_checkpoint(
 
 def save_model_folder(model, backbone, folder: str | os.PathLike, provenance: dict) -> Path:
     """Save a CLIPModel as a self-contained folder: safetensors weights, the backbone's tokenizer and
-    preprocessing constants, and ``pacscore.json`` (where the weights came from)."""
+    preprocessing constants, and ``pacscore.json`` (where the weights came from).
+
+    The constants written are the backbone's, as its origin decided them (OpenCLIP ViT-L/14 laion2b_s32b_b82k:
+    mean = std = 0.5), and ``pacscore.json`` records that ``origin``, so a later load takes them from the same
+    table even if the preprocessor file is edited (``capeval.clip.image_constants``)."""
     # Imported here: backbones imports this package (for weights), whose __init__ imports this module.
     from capeval.clip.backbones import write_preprocessor_config
 
@@ -61,6 +65,8 @@ def save_model_folder(model, backbone, folder: str | os.PathLike, provenance: di
     model.save_pretrained(out, safe_serialization=True)
     backbone.tokenizer.save_pretrained(out)
     write_preprocessor_config(out, backbone.image_size, backbone.image_mean, backbone.image_std)
+    if backbone.origin is not None:
+        provenance = {"origin": backbone.origin, **provenance}
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out
 

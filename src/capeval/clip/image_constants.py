@@ -1,0 +1,242 @@
+"""Image normalisation constants (per-channel mean and std) of a CLIP model, decided by where its weights come from.
+
+A model's mean/std are a property of its training, not of the file that happens to sit beside the weights: the
+Hub's transformers conversions of OpenCLIP models carry a ``preprocessor_config.json`` that need not say what
+open_clip itself uses. So:
+
+1. A table keyed by checkpoint origin decides where the origin is known. The origins are open_clip's
+   ``(architecture, pretrained tag)`` pairs with the constants its own pretrained table gives them
+   (mlfoundations/open_clip ``src/open_clip/pretrained.py``: ``_pcfg`` defaults to ``OPENAI_DATASET_MEAN/STD``,
+   ``_VITL14["laion2b_s32b_b82k"]`` overrides them with ``INCEPTION_MEAN/STD``), reached from the Hub ids of
+   their transformers weights (OpenAI's ``openai/clip-vit-*``, LAION's ``laion/CLIP-ViT-*``) or from the
+   ``open_clip:ARCH/TAG`` spelling. A converted or trained folder names its origin in ``pacscore.json``.
+   Where the folder's own ``preprocessor_config.json`` disagrees, the table wins, with a warning naming both.
+2. Otherwise the model's ``preprocessor_config.json`` decides (the tiny test CLIPs, models unknown here).
+3. Neither: a ``ValueError`` naming the folder and what to add. No constants are ever assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from capeval.clip.checkpoints.locate import PROVENANCE_FILE
+
+OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
+OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
+INCEPTION_IMAGE_MEAN = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_MEAN
+INCEPTION_IMAGE_STD = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_STD
+PREPROCESSOR_FILE = "preprocessor_config.json"
+# Keys of a provenance file that name the model a folder's weights were made from, most specific first:
+# "origin" (written by capeval since this table), "base_model" (conversions), "trained_from" (PAC-S training).
+_PROVENANCE_ORIGIN_KEYS = ("origin", "base_model", "trained_from")
+_TOLERANCE = (
+    1e-6  # constants written to JSON and read back are the same floats; anything else is a real difference
+)
+
+_OPENAI = (OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD)
+_INCEPTION = (INCEPTION_IMAGE_MEAN, INCEPTION_IMAGE_STD)
+
+# open_clip's pretrained table (src/open_clip/pretrained.py, commit 89fb801 of mlfoundations/open_clip) for the
+# CLIP ViTs that have transformers weights on the Hub: (architecture, pretrained tag) -> (mean, std).
+OPEN_CLIP_PRETRAINED: dict[tuple[str, str], tuple[tuple, tuple]] = {
+    ("ViT-B-32", "openai"): _OPENAI,
+    ("ViT-B-32", "laion2b_s34b_b79k"): _OPENAI,  # _VITB32, _pcfg default
+    ("ViT-B-32", "datacomp_xl_s13b_b90k"): _OPENAI,
+    ("ViT-B-16", "openai"): _OPENAI,
+    ("ViT-B-16", "laion2b_s34b_b88k"): _OPENAI,  # _VITB16, _pcfg default
+    ("ViT-B-16", "datacomp_xl_s13b_b90k"): _OPENAI,
+    ("ViT-L-14", "openai"): _OPENAI,
+    ("ViT-L-14", "laion2b_s32b_b82k"): _INCEPTION,  # _VITL14: mean=INCEPTION_MEAN, std=INCEPTION_STD
+    ("ViT-L-14", "datacomp_xl_s13b_b90k"): _OPENAI,
+    ("ViT-L-14-336", "openai"): _OPENAI,
+    ("ViT-H-14", "laion2b_s32b_b79k"): _OPENAI,  # _VITH14, _pcfg default
+    ("ViT-g-14", "laion2b_s12b_b42k"): _OPENAI,  # _VITg14, _pcfg default
+    ("ViT-g-14", "laion2b_s34b_b88k"): _OPENAI,
+    ("ViT-bigG-14", "laion2b_s39b_b160k"): _OPENAI,  # _VITbigG14, _pcfg default
+}
+# Hub repos of transformers CLIPModel weights -> their open_clip origin (OpenAI's own conversions, and the
+# ``hf_hub`` entries of open_clip's table for LAION's).
+HUB_ORIGINS: dict[str, tuple[str, str]] = {
+    "openai/clip-vit-base-patch32": ("ViT-B-32", "openai"),
+    "openai/clip-vit-base-patch16": ("ViT-B-16", "openai"),
+    "openai/clip-vit-large-patch14": ("ViT-L-14", "openai"),
+    "openai/clip-vit-large-patch14-336": ("ViT-L-14-336", "openai"),
+    "laion/CLIP-ViT-B-32-laion2B-s34B-b79K": ("ViT-B-32", "laion2b_s34b_b79k"),
+    "laion/CLIP-ViT-B-32-DataComp.XL-s13B-b90K": ("ViT-B-32", "datacomp_xl_s13b_b90k"),
+    "laion/CLIP-ViT-B-16-laion2B-s34B-b88K": ("ViT-B-16", "laion2b_s34b_b88k"),
+    "laion/CLIP-ViT-B-16-DataComp.XL-s13B-b90K": ("ViT-B-16", "datacomp_xl_s13b_b90k"),
+    "laion/CLIP-ViT-L-14-laion2B-s32B-b82K": ("ViT-L-14", "laion2b_s32b_b82k"),
+    "laion/CLIP-ViT-L-14-DataComp.XL-s13B-b90K": ("ViT-L-14", "datacomp_xl_s13b_b90k"),
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": ("ViT-H-14", "laion2b_s32b_b79k"),
+    "laion/CLIP-ViT-g-14-laion2B-s12B-b42K": ("ViT-g-14", "laion2b_s12b_b42k"),
+    "laion/CLIP-ViT-g-14-laion2B-s34B-b88K": ("ViT-g-14", "laion2b_s34b_b88k"),
+    "laion/CLIP-ViT-bigG-14-laion2B-39B-b160k": ("ViT-bigG-14", "laion2b_s39b_b160k"),
+}
+_HUB_BY_LOWER = {k.lower(): k for k in HUB_ORIGINS}  # Hub ids are case-insensitive
+
+
+@dataclass(frozen=True)
+class ImageConstants:
+    """The per-channel normalisation of a model's pixels and what decided it.
+
+    Attributes:
+        mean: (3,) per-channel mean of [0, 1] pixels.
+        std: (3,) per-channel std.
+        origin: the known origin that decided them (``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``), or ``None``
+            when the model's ``preprocessor_config.json`` did.
+    """
+
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    origin: str | None = None
+
+    @property
+    def is_openai(self) -> bool:
+        """Whether these are OpenAI CLIP's constants (then signatures do not name them)."""
+        return _same(self.mean, OPENAI_IMAGE_MEAN) and _same(self.std, OPENAI_IMAGE_STD)
+
+    def signature_fields(self) -> dict[str, str]:
+        """``{"image_mean": "0.5,0.5,0.5", "image_std": ...}`` when they differ from OpenAI's, else ``{}``: the
+        signatures (and caches) of models normalised like OpenAI's CLIP stay what they were."""
+        if self.is_openai:
+            return {}
+        return {"image_mean": _format(self.mean), "image_std": _format(self.std)}
+
+
+def open_clip_origin(architecture: str, pretrained: str) -> str:
+    """The origin string of an open_clip ``(architecture, pretrained tag)``: ``open_clip:ViT-L-14/laion2b_s32b_b82k``."""
+    return f"open_clip:{architecture}/{pretrained}"
+
+
+def known_origin(origin: str) -> tuple[str, tuple, tuple] | None:
+    """``(canonical origin, mean, std)`` for an origin in the table, else ``None``.
+
+    Args:
+        origin: a Hub id (any case, with or without ``@revision``), or ``open_clip:ARCH/TAG``.
+    """
+    name = origin.split("@", 1)[0].strip()
+    if name.startswith("open_clip:"):
+        arch, _, tag = name[len("open_clip:") :].partition("/")
+        if (arch, tag) in OPEN_CLIP_PRETRAINED:
+            return open_clip_origin(arch, tag), *OPEN_CLIP_PRETRAINED[(arch, tag)]
+        return None
+    hub = _HUB_BY_LOWER.get(name.lower())
+    if hub is None:
+        return None
+    return hub, *OPEN_CLIP_PRETRAINED[HUB_ORIGINS[hub]]
+
+
+def folder_origins(folder: Path) -> list[str]:
+    """Origins a model folder names: its provenance file's, then the Hub repo of a Hub-cache snapshot folder."""
+    found = []
+    provenance = folder / PROVENANCE_FILE
+    if provenance.is_file():
+        try:
+            record = json.loads(provenance.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{provenance} is not readable JSON ({err})") from err
+        if isinstance(record, dict):
+            found += [str(record[k]) for k in _PROVENANCE_ORIGIN_KEYS if isinstance(record.get(k), str)]
+    # huggingface_hub's cache: .../models--org--name/snapshots/<commit>/
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        found.append(folder.parent.parent.name[len("models--") :].replace("--", "/"))
+    return found
+
+
+def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
+    """(mean, std) from a ``preprocessor_config.json``, as transformers' ``CLIPImageProcessor`` applies them.
+
+    ``do_normalize: false`` means pixels in [0, 1] (mean 0, std 1); a single number stands for all channels.
+
+    Raises:
+        ValueError: unreadable JSON, missing ``image_mean``/``image_std`` (named), or values that are not three
+            finite numbers (std > 0).
+    """
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not readable JSON ({err})") from err
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} holds {type(cfg).__name__}, not a JSON object")
+    if cfg.get("do_normalize", True) is False:
+        return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    missing = [k for k in ("image_mean", "image_std") if k not in cfg]
+    if missing:
+        raise ValueError(
+            f"{path} has no {' or '.join(missing)}: the model's normalisation is not stated there"
+        )
+    return _channels(path, "image_mean", cfg["image_mean"]), _channels(
+        path, "image_std", cfg["image_std"], std=True
+    )
+
+
+def decide_image_constants(
+    where: str, folder: Path, preprocessor: Path | None, origins: list[str]
+) -> ImageConstants:
+    """The normalisation of a model: the origin table where an origin is known, else its preprocessor config.
+
+    Args:
+        where: how to name the model in messages (``model folder /x``, ``model 'org/name'``).
+        folder: the model's folder (named in the error).
+        preprocessor: its ``preprocessor_config.json`` (``None`` or a missing path: there is none).
+        origins: candidate origins, most specific first (a Hub id, a provenance record's ``base_model``).
+
+    Raises:
+        ValueError: no known origin and no readable constants; the message names the folder and what to add.
+    """
+    known = next((k for k in map(known_origin, origins) if k is not None), None)
+    present = preprocessor is not None and preprocessor.is_file()
+    if known is not None:
+        origin, mean, std = known
+        if present:
+            try:
+                theirs = read_preprocessor_constants(preprocessor)
+            except ValueError as err:
+                theirs = None
+                warnings.warn(
+                    f"{where}: {err}; using {origin}'s constants from open_clip's table", stacklevel=3
+                )
+            if theirs is not None and not (_same(theirs[0], mean) and _same(theirs[1], std)):
+                warnings.warn(
+                    f"{where}: {preprocessor} says image_mean={_format(theirs[0])}, image_std={_format(theirs[1])}, "
+                    f"but {origin} was trained with image_mean={_format(mean)}, image_std={_format(std)} "
+                    "(open_clip's pretrained table); using the latter",
+                    stacklevel=3,
+                )
+        return ImageConstants(tuple(mean), tuple(std), origin)
+    if present:
+        mean, std = read_preprocessor_constants(preprocessor)
+        return ImageConstants(mean, std, None)
+    named = f" (it names {', '.join(repr(o) for o in origins)}, not one capeval knows)" if origins else ""
+    raise ValueError(
+        f"{where}: no {PREPROCESSOR_FILE} in {folder} and no known origin{named}, so the image mean/std it was "
+        f"trained with are unknown. Add a {PREPROCESSOR_FILE} with the model's image_mean and image_std "
+        "(capeval.clip.backbones.write_preprocessor_config writes one), or, for weights made from a known model, "
+        f'a {PROVENANCE_FILE} naming it as "origin" (one of: {", ".join(HUB_ORIGINS)}, or open_clip:ARCH/TAG)'
+    )
+
+
+def _channels(path: Path, key: str, value, std: bool = False) -> tuple[float, float, float]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value] * 3
+    ok = (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    )
+    if not ok or (std and min(value) <= 0):
+        rule = "three finite numbers > 0" if std else "three finite numbers"
+        raise ValueError(f"{path}: {key} must be {rule}, got {value!r}")
+    return tuple(float(v) for v in value)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(abs(float(x) - float(y)) <= _TOLERANCE for x, y in zip(a, b, strict=True))
+
+
+def _format(values) -> str:
+    return ",".join(repr(float(v)) for v in values)
