@@ -244,13 +244,49 @@ def test_vatex_eval_refuses_a_candidate_without_three_ratings(tmp_path):
 # ---------------------------------------------------------------- THumB, systems, Polaris, Nebula
 
 
-def test_thumb_rows_carry_systems_and_references_without_the_human_hypothesis():
+def test_thumb_official_layout_matches_segment_keyed_references_from_the_json_lines_dot_json_file():
+    # jungokasai/THumB mscoco/: mscoco_THumB-1.0.jsonl + mscoco_references.json (JSON lines, keyed by seg_id)
     ds = load_thumb(FIX / "thumb")
-    assert len(ds) == 12
-    assert set(ds["system"]) == {"Up-Down", "Unified-VLP", "VinVL-base", "Human"}
-    human = ds.filter(lambda r: r["system"] == "Human")
-    assert all(len(r) == 4 for r in human["references"])
-    assert all(len(r) == 5 for r in ds.filter(lambda r: r["system"] == "Up-Down")["references"])
+    assert len(ds) == 15
+    assert set(ds["system"]) == {"Up-Down", "Unified-VLP", "VinVL-base", "VinVL-large", "Human"}
+    first = ds.filter(lambda r: r["seg_id"] == "974")
+    assert first["references"][0][0] == "A sleeping dog stretched out on a couch."
+    assert all(len(r) == 4 for r in ds["references"])
+    # human_score = (P + R) / 2 + Fl + Inc + Con (THumB mscoco/README.md); the Human row of 974: (5+4)/2 - 1
+    human = first.filter(lambda r: r["system"] == "Human")
+    assert human["human_scores"] == [[3.5]] and human["precision"] == [5.0] and human["recall"] == [4.0]
+    explicit = load_thumb(
+        FIX / "thumb" / "mscoco_THumB-1.0.jsonl", references=FIX / "thumb" / "mscoco_references.json"
+    )
+    assert explicit["references"] == ds["references"]
+
+
+def test_thumb_with_full_coco_references_drops_the_human_caption_once(tmp_path):
+    thumb = (FIX / "thumb" / "mscoco_THumB-1.0.jsonl").read_text().splitlines()
+    (tmp_path / "mscoco_THumB-1.0.jsonl").write_text("\n".join(thumb[:5]) + "\n")
+    human = json.loads(thumb[4])["hyp"]
+    coco = tmp_path / "captions_val2014.json"
+    caps = ["A dog on a sofa.", human, "A dog asleep.", "A red couch.", human]
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 974, "file_name": "COCO_val2014_000000000974.jpg"}],
+                "annotations": [{"image_id": 974, "id": i, "caption": c} for i, c in enumerate(caps)],
+            }
+        )
+    )
+    ds = load_thumb(tmp_path, references=coco)
+    by_system = dict(zip(ds["system"], ds["references"], strict=True))
+    assert by_system["Human"] == ["A dog on a sofa.", "A dog asleep.", "A red couch.", human]
+    assert by_system["Up-Down"] == caps
+
+
+def test_thumb_rows_without_references_are_an_error_naming_the_line(tmp_path):
+    (tmp_path / "mscoco_THumB-1.0.jsonl").write_text((FIX / "thumb" / "mscoco_THumB-1.0.jsonl").read_text())
+    refs = (FIX / "thumb" / "mscoco_references.json").read_text().splitlines()
+    (tmp_path / "mscoco_references.json").write_text("\n".join(refs[:2]) + "\n")
+    with pytest.raises(ValueError, match=r"5 of 15 THumB rows have no references .* line 11 \(seg_id 2690"):
+        load_thumb(tmp_path)
 
 
 def test_system_captions_and_human_scores_for_coco_style_system_evaluation(tmp_path):
@@ -330,4 +366,11 @@ def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
         )
     )
     assert read_references(karpathy) == {"COCO_val2014_000000000042": ["A pizza."]}
-    assert len(read_references(FIX / "thumb" / "mscoco_references.jsonl")["COCO_val2014_000000000974"]) == 5
+    jsonl = tmp_path / "refs.json"  # JSON lines recognised by content, whatever the extension
+    jsonl.write_text('{"image": "a/1.jpg", "refs": ["x", "y"]}\n{"image": "2.jpg", "references": ["z"]}\n')
+    assert read_references(jsonl) == {"1": ["x", "y"], "2": ["z"]}
+
+
+def test_reference_reader_points_thumb_segment_files_to_load_thumb():
+    with pytest.raises(ValueError, match=r"got \['refs', 'seg_id', 'set_id'\].*load_thumb"):
+        read_references(FIX / "thumb" / "mscoco_references.json")
