@@ -234,6 +234,45 @@ def test_vatex_eval_one_row_per_candidate_with_9_references_and_3_ratings():
     assert ds[0]["item_id"] == "vid00_000001_000011#0"
 
 
+def test_vatex_eval_authors_pickles_give_the_same_rows_as_the_json_redistribution():
+    # ShiYaya/emscore VATEX-EVAL-demo.py: four pickled arrays; human_scores annotator-major (reshape(3, -1).T)
+    release = load_vatex_eval(FIX / "vatex_eval_release")
+    assert release.to_dict() == load_vatex_eval(FIX / "vatex_eval").to_dict()
+    # video vid00_000001_000011, candidate 5: JSON scores row [5.0, 1.0, 1.0]; in the flat pickle these are
+    # entries 5, 18 + 5 and 36 + 5 (18 candidates per annotator)
+    assert release[5]["human_scores"] == [5.0, 1.0, 1.0]
+    assert len(load_vatex_eval(FIX / "vatex_eval_release" / "gts_list.pkl")) == 18
+
+
+def test_vatex_eval_pickles_of_object_arrays_read_and_code_is_refused(tmp_path):
+    import pickle
+
+    n = 2
+    arrays = {
+        "candidates_list": np.array(["a man runs .", "a dog sits ."], dtype=object),
+        "gts_list": np.array([["r1", "r2"], ["r1", "r2"]], dtype=object),
+        "human_scores": np.array([1, 2, 3, 4, 5, 1]),
+        "video_ids": np.array(["v", "v"], dtype=object),
+    }
+    for name, arr in arrays.items():
+        (tmp_path / f"{name}.pkl").write_bytes(pickle.dumps(arr, protocol=2))
+    ds = load_vatex_eval(tmp_path)
+    assert ds["item_id"] == ["v#0", "v#1"]
+    assert ds["human_scores"] == [[1.0, 3.0, 5.0], [2.0, 4.0, 1.0]]  # column k of reshape(3, n)
+    assert ds["references"] == [["r1", "r2"]] * n
+
+    class Runs:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    (tmp_path / "video_ids.pkl").write_bytes(pickle.dumps(Runs()))
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
+        load_vatex_eval(tmp_path)
+    (tmp_path / "video_ids.pkl").unlink()
+    with pytest.raises(FileNotFoundError, match="video_ids.pkl missing"):
+        load_vatex_eval(tmp_path)
+
+
 def test_vatex_eval_refuses_a_candidate_without_three_ratings(tmp_path):
     data = {"v": {"vid": "v", "cands": ["a"], "scores": "[[1.0, 2.0]]", "refs": [["r"] * 9]}}
     (tmp_path / "vid_cans_score_dict.json").write_text(json.dumps(data))
