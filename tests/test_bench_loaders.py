@@ -95,16 +95,32 @@ def test_flickr8k_expert_keeps_every_row_and_flags_candidates_among_their_refere
     assert row["candidate"] == "Kids building a sandcastle by the sea ."
     assert row["human_scores"] == [1.0, 1.0, 2.0]
     assert len(row["references"]) == 5
-    assert row["image"] == "/imgs/1000_a.jpg"
+    assert row["image"] == "/imgs/1000000001_a1b2c3d4e5.jpg"
     assert load_flickr8k_expert(FIX / "flickr8k")[0]["image"] is None
 
 
 def test_flickr8k_cf_reads_the_yes_fraction_and_counts():
     ds = load_flickr8k_cf(FIX / "flickr8k")
     assert len(ds) == 6
-    assert ds[2]["human_scores"] == [pytest.approx(0.666667)]
+    assert ds[2]["human_scores"] == [0.666666666666667]  # the official file's 15 digits
     assert (ds[2]["n_yes"], ds[2]["n_no"]) == (2, 1)
     assert ds["candidate_in_references"] == [True, False, True, False, True, False]
+
+
+def test_flickr8k_loaders_read_the_clipscore_authors_json_as_the_text_files_under_the_protocol():
+    # flickr8k_clipscore/ holds what jmhessel/clipscore flickr8k_example/download.py writes from flickr8k/
+    from capeval.bench.protocols import exclude_candidates_in_references, remove_judged_from_references
+
+    text = exclude_candidates_in_references(load_flickr8k_expert(FIX / "flickr8k"))
+    js = load_flickr8k_expert(FIX / "flickr8k_clipscore")
+    assert js["candidate"] == text["candidate"] and js["human_scores"] == text["human_scores"]
+    assert js["references"] == text["references"] and set(js["category"]) == {"expert"}
+    text_cf = remove_judged_from_references(load_flickr8k_cf(FIX / "flickr8k"))
+    js_cf = load_flickr8k_cf(FIX / "flickr8k_clipscore" / "crowdflower_flickr8k.json")
+    cols = ("candidate", "human_scores", "references")
+    assert sorted(zip(*(js_cf[c] for c in cols), strict=True)) == sorted(
+        zip(*(text_cf[c] for c in cols), strict=True)
+    )
 
 
 def test_flickr8k_loader_names_the_missing_token_file(tmp_path):
@@ -395,7 +411,7 @@ def test_hub_loaders_refuse_to_download_when_offline():
 
 def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
     token = read_references(FIX / "flickr8k" / "Flickr8k.token.txt")
-    assert len(token["1000_a"]) == 5
+    assert len(token["1000000001_a1b2c3d4e5"]) == 5
     coco = read_references(FIX / "composite" / "captions_val2014.json")
     assert list(coco) == ["COCO_val2014_000000000042"]
     karpathy = tmp_path / "dataset_coco.json"
