@@ -198,6 +198,18 @@ def test_pascal50s_mat_without_consensus_uses_11_votes_and_pascal50S_sentences(t
     assert "11 votes" in ds[0]["label_source"]
 
 
+def test_pascal50s_sentences_from_the_python_cider_json_equal_those_from_the_mat(tmp_path):
+    # vrama91/cider data/pascal50S.json: [{"image_id", "caption"}], the image's sentences in order
+    sents = {"2008_000001.jpg": ["A dog on a sofa.", "x one", "x two"], "2008_000002.jpg": ["y one", "y two"]}
+    write_pascal_mats(tmp_path, PAIRS, image_sents=sents)
+    from_mat = load_pascal50s(tmp_path)["references"]
+    (tmp_path / "pascal50S.mat").unlink()
+    rows = [{"image_id": img, "caption": c} for img, caps in sents.items() for c in caps]
+    (tmp_path / "pascal50S.json").write_text(json.dumps(rows))
+    from_json = load_pascal50s(tmp_path)["references"]
+    assert from_json == from_mat and from_json[0] == ["x one", "x two"]
+
+
 def test_pascal50s_json_layout_and_its_labels(tmp_path):
     data = {
         "HC": [
