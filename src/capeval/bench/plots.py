@@ -229,7 +229,8 @@ def _draw_rating(data: FigureData, plt):
         ax.errorbar(est, y, xerr=[est - lo, hi - est], fmt="o", color="C0", capsize=3, label="ours, 95% CI")
         pub = [(data.published.get(m, np.nan)) for m in names]
         if np.isfinite(pub).any():
-            ax.plot(pub, y, ls="none", marker="D", mfc="white", mec="C3", mew=1.5, label="published")
+            # a row below ours, so equal values stay distinguishable
+            ax.plot(pub, y - 0.25, ls="none", marker="D", mfc="white", mec="C3", mew=1.5, label="published")
         ax.set_yticks(y, names, fontsize=7)
         ax.set_xlabel(f"{data.measure_label} × 100", fontsize=8)
         ax.legend(fontsize=7, loc="lower right")
