@@ -16,16 +16,15 @@ Two layouts are read:
 from __future__ import annotations
 
 import ast
-import io
 import json
 import os
-import pickle
 from pathlib import Path
 
 import datasets
 import numpy as np
 
 from capeval.bench._common import find_file, image_path, normalize_caption, optional_file
+from capeval.text.array_pickle import TableUnpickler, array_globals
 
 VATEX_FEATURES = datasets.Features(
     {
@@ -43,56 +42,11 @@ JSON_NAME = "vid_cans_score_dict.json"
 PICKLE_NAMES = ("candidates_list.pkl", "gts_list.pkl", "human_scores.pkl", "video_ids.pkl")
 
 
-class _ArrayUnpickler(pickle.Unpickler):
-    """Resolves only numpy's array and dtype constructors; anything else in the file is refused by name.
-
-    numpy arrays pickle as ``_reconstruct`` (an empty array) filled by ``__setstate__`` from the file's bytes,
-    so an array may not ask for more memory than the file holds.
-    """
-
-    def __init__(self, data: bytes, where: Path) -> None:
-        super().__init__(io.BytesIO(data), encoding="latin1")
-        self._where = where
-        self._limit = len(data)
-        core = np._core if hasattr(np, "_core") else np.core
-        self._allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
-        for module in ("numpy.core", "numpy._core"):  # written by numpy 1.x or 2.x
-            self._allowed[f"{module}.multiarray", "_reconstruct"] = self._reconstruct
-            self._allowed[f"{module}.multiarray", "scalar"] = core.multiarray.scalar
-        for name in dir(getattr(np, "dtypes", None)):
-            if name.endswith("DType"):
-                self._allowed["numpy.dtypes", name] = getattr(np.dtypes, name)
-        self._allowed["_codecs", "encode"] = self._latin1  # protocol-2 bytes
-
-    def _reconstruct(self, subtype, shape, dtype):
-        n = int(np.prod(shape, dtype=object)) if isinstance(shape, tuple) else shape
-        if subtype is not np.ndarray or not isinstance(n, int) or n * np.dtype(dtype).itemsize > self._limit:
-            raise pickle.UnpicklingError(f"{self._where}: refusing an array of shape {shape!r} ({dtype!r})")
-        core = np._core if hasattr(np, "_core") else np.core
-        return core.multiarray._reconstruct(subtype, shape, dtype)
-
-    def _latin1(self, text, encoding="latin1", errors="strict"):
-        if encoding not in ("latin1", "latin-1") or errors != "strict" or not isinstance(text, str):
-            raise pickle.UnpicklingError(f"{self._where}: refusing _codecs.encode({encoding!r})")
-        return text.encode("latin1")
-
-    def find_class(self, module: str, name: str):
-        try:
-            return self._allowed[module, name]
-        except KeyError:
-            raise pickle.UnpicklingError(
-                f"{self._where}: refusing to load {module}.{name}: only numpy arrays and plain values are read "
-                "from the VATEX-EVAL pickles (nothing in the file was run)"
-            ) from None
-
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError(f"{self._where}: refusing the persistent id {pid!r}")
-
-
 def read_array_pickle(path: Path) -> list:
     """A pickled numpy array (or list) as nested Python lists, read without running anything in the file."""
     data = path.read_bytes()
-    obj = _ArrayUnpickler(data, path).load()
+    # numpy arrays and plain values only, through the table the gensim reader also uses: nothing in the file runs.
+    obj = TableUnpickler(data, array_globals(len(data)), f"the VATEX-EVAL pickle {path}").load()
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     if isinstance(obj, list):

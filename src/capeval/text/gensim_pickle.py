@@ -22,7 +22,6 @@ sidecar files named inside the pickle, sparse ones through plain ``pickle`` agai
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import pickle
 import re
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capeval.text.array_pickle import TableUnpickler, array_globals
 from capeval.text.vector_headers import check_npy_header, check_npz_member
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -50,38 +50,10 @@ class _Dropped:
         pass
 
 
-def _bounded_constructors(limit: int) -> tuple[object, object]:
-    """numpy's ``_reconstruct`` and ``bytearray`` refusing to allocate more than ``limit`` bytes."""
-    core = np._core if hasattr(np, "_core") else np.core
-
-    def reconstruct(subtype, shape, dtype):
-        n = int(np.prod(shape, dtype=object)) if isinstance(shape, tuple) else shape
-        if not isinstance(n, int) or n * max(np.dtype(dtype).itemsize, 1) > limit:
-            raise UnsafeVectorsFile(
-                f"refusing numpy array of shape {shape!r} ({dtype!r}) in a pickle of {limit:,} bytes: it asks for "
-                "more memory than the file holds (numpy pickles build empty arrays and fill them from the file)"
-            )
-        return core.multiarray._reconstruct(subtype, shape, dtype)
-
-    def bounded_bytearray(*args):
-        if args and isinstance(args[0], int) and not isinstance(args[0], bool) and args[0] > limit:
-            raise UnsafeVectorsFile(f"refusing bytearray({args[0]:,}) in a pickle of {limit:,} bytes")
-        return bytearray(*args)
-
-    return reconstruct, bounded_bytearray
-
-
 def _gensim_version() -> str:
     from importlib.metadata import version
 
     return version("gensim")
-
-
-def _latin1_bytes(text: str, encoding: str = "latin1", errors: str = "strict") -> bytes:
-    """``_codecs.encode`` as protocol-2 pickles use it for bytes, and nothing else."""
-    if encoding not in ("latin1", "latin-1") or errors != "strict" or not isinstance(text, str):
-        raise UnsafeVectorsFile(f"refusing _codecs.encode with encoding {encoding!r} in a vectors file")
-    return text.encode("latin1")
 
 
 def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
@@ -117,49 +89,14 @@ def _allowed_globals(limit: int) -> dict[tuple[str, str], object]:
         ("numpy.random._pcg64", "PCG64"),
     ):
         allowed[module, name] = _Dropped
-    core = np._core if hasattr(np, "_core") else np.core
-    reconstruct, bounded_bytearray = _bounded_constructors(limit)
-    for module in ("numpy.core", "numpy._core"):  # files written by numpy 1.x and 2.x
-        allowed[f"{module}.multiarray", "_reconstruct"] = reconstruct
-        allowed[f"{module}.multiarray", "scalar"] = core.multiarray.scalar
-        allowed[f"{module}.numeric", "_frombuffer"] = core.numeric._frombuffer
-    allowed["numpy", "ndarray"] = np.ndarray
-    allowed["numpy", "dtype"] = np.dtype
-    for name in dir(getattr(np, "dtypes", None)):
-        if name.endswith("DType"):
-            allowed["numpy.dtypes", name] = getattr(np.dtypes, name)
+    allowed.update(array_globals(limit, UnsafeVectorsFile))
     for name in ("set", "frozenset", "complex", "int", "float"):
         allowed["builtins", name] = getattr(__import__("builtins"), name)
         allowed["__builtin__", name] = allowed["builtins", name]
     allowed["__builtin__", "long"] = int
-    for module in ("builtins", "__builtin__"):
-        allowed[module, "bytearray"] = bounded_bytearray
-    # Python 3 writes bytes under pickle protocol 2 as _codecs.encode(text, "latin1"): gensim 3 files hold
-    # their arrays' data so. Only that codec is served (any other encoding name is refused).
-    allowed["_codecs", "encode"] = _latin1_bytes
     allowed["collections", "OrderedDict"] = collections.OrderedDict
     allowed["collections", "defaultdict"] = collections.defaultdict
     return allowed
-
-
-class _VectorsUnpickler(pickle.Unpickler):
-    def __init__(self, file, allowed: dict[tuple[str, str], object]) -> None:
-        super().__init__(file, encoding="latin1")
-        self._allowed = allowed
-
-    def find_class(self, module: str, name: str):
-        try:
-            return self._allowed[module, name]
-        except KeyError:
-            raise UnsafeVectorsFile(
-                f"refusing to load {module}.{name} from a vectors file: only gensim vectors, numpy arrays and "
-                "plain containers are read (nothing in the file was executed)"
-            ) from None
-
-    def persistent_load(self, pid):
-        raise UnsafeVectorsFile(
-            f"refusing the persistent id {pid!r} in a vectors file (nothing was executed)"
-        )
 
 
 def load_gensim_vectors(path: Path):
@@ -184,7 +121,7 @@ def load_gensim_vectors(path: Path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
-    obj = _VectorsUnpickler(io.BytesIO(data), _allowed_globals(len(data))).load()
+    obj = TableUnpickler(data, _allowed_globals(len(data)), "a vectors file", UnsafeVectorsFile).load()
     if not isinstance(obj, (KeyedVectors, Word2Vec)):
         raise ValueError(f"vectors {path}: a pickle of {type(obj).__name__}, not gensim vectors")
     _load_sidecars(obj, str(path), None if compress else "r", compress, subname)
