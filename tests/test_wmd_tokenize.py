@@ -79,6 +79,13 @@ STANFORD_OUTPUT = [
         "Two dogs , one black and one white , play in the snow ; they're happy : yes !",
         "two dogs , one black and one white , play in the snow ; they 're happy : yes !",
     ),
+    # The forms issue 16 found lexed differently from the jar (same jar, same flags, run here).
+    (
+        "In the '90s 1,000 people ate fish'n'chips :) here",
+        "in the '90s 1,000 people ate fish 'n' chips :-rrb- here",
+    ),
+    ("The se'keo plane at .5 mph -- 'tis -5.5 degrees", "the se ` keo plane at .5 mph -- 't is -5.5 degrees"),
+    ("woman says 'bye , bye . . . ' to a '4' sign", "woman says ` bye , bye ... ' to a ' 4 ' sign"),
 ]
 
 
