@@ -50,6 +50,8 @@ def test_best_reference_is_kept_and_sigma_scales_the_distance(toy_vectors):
     refs = [["r", "p r", "q"]]
     assert one(["p q"], refs)["distances"] == [2.5]
     assert two(["p q"], refs)["scores"] == [pytest.approx(math.exp(-2.5 / 2))]
+    # The toolkit's sigma is 1 (tylin/coco-caption pycocoevalcap/wmd/wmd.py: self.sigma = 1.0).
+    assert one.sigma == 1.0 and one(["p q"], refs)["scores"] == [pytest.approx(math.exp(-2.5))]
 
 
 def _random_captions(rng: random.Random, n: int) -> list[str]:
