@@ -14,6 +14,7 @@ def _script(repo_root):
         "mutation_check", repo_root / "scripts" / "mutation_check.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
