@@ -97,7 +97,8 @@ def test_flickr8k_expert_is_scored_with_method_a_one_row_per_expert_rating(tmp_p
     assert values["kendall_b_B"] == pytest.approx(
         100 * kendalltau(scores_b, ratings_b, variant="b").statistic
     )
-    # The two methods give different numbers here (53.3 vs 74.7), so swapping them cannot pass.
+    # The two methods give different numbers here (scipy on the rows above: 53.333 vs 74.667), so swapping them
+    # cannot pass.
     assert values["kendall_c"] == pytest.approx(53.333, abs=1e-3)
     assert values["kendall_c_B"] == pytest.approx(74.667, abs=1e-3)
 
