@@ -3,7 +3,8 @@
 Each mutation replaces one exact piece of one source line in a temporary copy of ``src/`` and runs only the tests
 that concern it (``python -m pytest -x -q <node ids>`` with ``PYTHONPATH`` on the copy). A mutation the tests do
 not fail on "survived"; an original text no longer found in its file is "stale" (the list must follow the code).
-The tests of every mutation first run once on the unmutated copy, so a kill is never a test that fails anyway.
+The tests of every mutation first run once on the unmutated copy, so a kill is never a test that fails anyway
+(``--no-baseline`` skips that where the suite runs them anyway: tests/test_mutation_check.py).
 
     python scripts/mutation_check.py            # all mutations, a table, exit 1 if any survives or is stale
     python scripts/mutation_check.py -k prefix  # the mutations whose name contains "prefix"
@@ -292,7 +293,9 @@ def _pytest(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str
     return proc.returncode, lines[-1] if lines else ""
 
 
-def run(mutations: tuple[Mutation, ...], timeout: float = 300) -> list[tuple[Mutation, str, float, str]]:
+def run(
+    mutations: tuple[Mutation, ...], timeout: float = 300, baseline: bool = True
+) -> list[tuple[Mutation, str, float, str]]:
     """Apply each mutation in a temporary copy of src/ and run its tests; one row per mutation."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="capeval-mutation-") as tmp:
@@ -306,10 +309,12 @@ def run(mutations: tuple[Mutation, ...], timeout: float = 300) -> list[tuple[Mut
         ).stdout.strip()
         if not origin.startswith(str(src)):
             raise SystemExit(f"the copy is not the capeval that runs: {origin}")
-        baseline = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
-        code, tail = _pytest(src, baseline, timeout=4 * timeout)
-        if code != 0:
-            raise SystemExit(f"the tests fail without any mutation ({tail}); fix them first")
+        if baseline:
+            code, tail = _pytest(
+                src, tuple(dict.fromkeys(t for m in mutations for t in m.tests)), 4 * timeout
+            )
+            if code != 0:
+                raise SystemExit(f"the tests fail without any mutation ({tail}); fix them first")
         for m in mutations:
             target = src / "capeval" / m.path
             text = target.read_text(encoding="utf-8")
@@ -346,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         "--list", action="store_true", help="print the mutations and their tests, run nothing"
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutation")
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the unmutated run of the tests (when the suite runs them anyway, as in CI)",
+    )
     args = parser.parse_args(argv)
     chosen = tuple(m for m in MUTATIONS if args.k in m.name)
     if not chosen:
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table([(m, "-", 0.0, "") for m in chosen]))
         return 0
     start = time.perf_counter()
-    rows = run(chosen, timeout=args.timeout)
+    rows = run(chosen, timeout=args.timeout, baseline=not args.no_baseline)
     print()
     print(table(rows))
     bad = [(m.name, status, tail) for m, status, _, tail in rows if status != "killed"]
