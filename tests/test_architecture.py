@@ -216,6 +216,7 @@ def test_the_public_api_of_the_readme_resolves():
     names = ("CLIPScore", "RefCLIPScore", "PACScore", "EMScore", "WMD", "WEmbSim", "load", "encode_images")
     assert all(callable(getattr(capeval, name)) for name in names)
     assert capeval.METRICS == ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
+    # Hessel et al. 2021, sec. 3 (w = 2.5, the prompt); Sarto et al. 2023, sec. 4 (w = 2.0).
     assert capeval.W_CLIP_S == 2.5 and capeval.W_PAC_S == 2.0 and capeval.PREFIX == "A photo depicts"
 
 

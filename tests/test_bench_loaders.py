@@ -102,6 +102,7 @@ def test_flickr8k_expert_keeps_every_row_and_flags_candidates_among_their_refere
 def test_flickr8k_cf_reads_the_yes_fraction_and_counts():
     ds = load_flickr8k_cf(FIX / "flickr8k")
     assert len(ds) == 6
+    # Third fixture row: yes fraction written with the official file's 15 digits (2 yes of 3 judgments).
     assert ds[2]["human_scores"] == [0.666666666666667]  # the official file's 15 digits
     assert (ds[2]["n_yes"], ds[2]["n_no"]) == (2, 1)
     assert ds["candidate_in_references"] == [True, False, True, False, True, False]
@@ -370,7 +371,7 @@ def test_polaris_csv_layout_parses_reference_lists_as_literals():
     ds = load_polaris(FIX / "polaris")
     assert len(ds) == 4
     assert ds[2]["references"][1] == "Kids' sandcastle on the beach."
-    assert ds["human_scores"][0] == [0.875]
+    assert ds["human_scores"][0] == [0.875]  # the first row's "score" column of polaris_test.csv
     assert ds[0]["image"].endswith("images/img_001.jpg") and ds[2]["image"].endswith("images/img_002.jpg")
 
 

@@ -93,6 +93,13 @@ def test_reference_draws_are_seeded_distinct_and_of_the_requested_size():
     assert draw_references(refs, 5, 5, seed=1) != draws
 
 
+def test_pascal_defaults_are_five_draws_of_five_references():
+    # Hessel et al. 2021, sec. 4.2 and Sarto et al. 2023: 5 references per pair; aimagelab/pacscore#4: 5 draws.
+    refs = [[f"r{i}" for i in range(48)]]
+    draws = draw_references(refs)
+    assert len(draws) == 5 and all(len(d[0]) == 5 for d in draws)
+
+
 def test_accuracy_by_category_reports_each_category_and_their_unweighted_mean():
     a = [1, 1, 1, 0, 0, 0]
     b = [0, 0, 0, 1, 1, 1]

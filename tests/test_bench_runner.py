@@ -58,9 +58,49 @@ def test_any_callable_runs_on_a_benchmark_and_fills_the_papers_columns(tmp_path)
     assert out.skipped is None
     assert set(out.values) == {"kendall_c", "kendall_b", "kendall_c_B", "kendall_b_B"}
     assert out.signature.startswith("overlap|callable=")
-    assert run.outcomes["length"].values["kendall_c"] == pytest.approx(
-        run.outcomes["length"].values["kendall_c"]
+    assert np.isfinite(run.outcomes["length"].values["kendall_c"])
+
+
+# A fixed score per candidate of tests/fixtures/bench/flickr8k/ExpertAnnotations.txt (its row 2 pairs 1000_a.jpg
+# with its own caption #4 and is dropped by the protocol, leaving 5 candidates).
+FIXED_SCORES = {
+    "Kids building a sandcastle by the sea .": 0.8,  # 1000_a.jpg, 2000_b.jpg#1, ratings 1 1 2
+    "A man on a bike .": 0.2,  # 1000_a.jpg, 3000_c.jpg#2, ratings 1 1 1
+    "Someone cycling through traffic .": 0.5,  # 2000_b.jpg, 3000_c.jpg#3, ratings 2 1 2
+    "A dog runs across the grass .": 0.4,  # 2000_b.jpg, 1000_a.jpg#0, ratings 1 2 1
+    "Two kids on the sand .": 0.9,  # 3000_c.jpg, 2000_b.jpg#2, ratings 3 2 2
+}
+
+
+def fixed_scores(predictions, references=None):
+    return [FIXED_SCORES[p] for p in predictions]
+
+
+def test_flickr8k_expert_is_scored_with_method_a_one_row_per_expert_rating(tmp_path):
+    from scipy.stats import kendalltau
+
+    run = run_benchmark(
+        "flickr8k_expert", [fixed_scores], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
     )
+    values = run.outcomes["fixed_scores"].values
+    # Method A (Hessel et al. 2021, appendix A, "Flickr8K details": each of the 3 expert ratings is its own row), rows written out by
+    # hand from the fixture; method B: one row per pair, the mean rating. scipy is the independent reference.
+    scores_a = [0.8] * 3 + [0.2] * 3 + [0.5] * 3 + [0.4] * 3 + [0.9] * 3
+    ratings_a = [1, 1, 2, 1, 1, 1, 2, 1, 2, 1, 2, 1, 3, 2, 2]
+    scores_b = [0.8, 0.2, 0.5, 0.4, 0.9]
+    ratings_b = [4 / 3, 1, 5 / 3, 4 / 3, 7 / 3]
+    assert values["kendall_c"] == pytest.approx(100 * kendalltau(scores_a, ratings_a, variant="c").statistic)
+    assert values["kendall_b"] == pytest.approx(100 * kendalltau(scores_a, ratings_a, variant="b").statistic)
+    assert values["kendall_c_B"] == pytest.approx(
+        100 * kendalltau(scores_b, ratings_b, variant="c").statistic
+    )
+    assert values["kendall_b_B"] == pytest.approx(
+        100 * kendalltau(scores_b, ratings_b, variant="b").statistic
+    )
+    # The two methods give different numbers here (scipy on the rows above: 53.333 vs 74.667), so swapping them
+    # cannot pass.
+    assert values["kendall_c"] == pytest.approx(53.333, abs=1e-3)
+    assert values["kendall_c_B"] == pytest.approx(74.667, abs=1e-3)
 
 
 def test_cached_scores_are_reused_and_new_metrics_do_not_recompute_old_ones(tmp_path):

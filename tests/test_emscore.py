@@ -300,6 +300,8 @@ def test_padding_never_enters_the_maxima_nor_nan_the_f_score():
     p, rr, f = fine_grained_text(x, w, r, [torch.ones(2), torch.ones(1)], pairs)
     alone = [fine_grained_text(x, w, r, [torch.ones(2), torch.ones(1)], pairs[i : i + 1]) for i in range(3)]
     torch.testing.assert_close(p, torch.cat([a[0] for a in alone]))
+    # By hand, pair 0: x (-1, 0) meets r (1, 0) at -1 and (0.6, 0.8) at -0.6, so P = max = -0.6; R = mean of the
+    # two references' best matches (-1 and -0.6) = -0.8.
     assert p[0] == pytest.approx(-0.6) and rr[0] == pytest.approx(-0.8)
     vp, vr, vf = fine_grained_video(x, w, r, pairs)
     assert vp[0] == pytest.approx(-0.6) and vr[0] == pytest.approx(-0.8)

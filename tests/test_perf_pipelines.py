@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from authors_reference import authors_refclip_s
+from PIL import Image
 
 import capeval
 from capeval.clip.backbones import load_backbone
@@ -48,6 +50,21 @@ def test_authors_structure_and_capeval_agree_per_sample(positive_clip, workload)
     ours = pipelines.capeval_refclip(capeval.RefCLIPScore(model=positive_clip), workload)
     theirs = pipelines.authors_structure(load_backbone(positive_clip), workload)
     assert np.abs(ours - theirs).max() <= 1e-5
+
+
+def test_both_pipelines_equal_the_independent_restatement_of_the_authors_code(positive_clip, workload):
+    # tests/authors_reference.py restates jmhessel/clipscore and OpenAI's clip.py from raw CLIPModel calls (the
+    # authors' tokenizer and prompt, PIL bicubic resizing), so capeval's pre-processing is checked, not reused.
+    from transformers import CLIPModel
+
+    raw = CLIPModel.from_pretrained(positive_clip).eval()
+    images = [Image.open(path) for path in workload.candidate_images]
+    reference = authors_refclip_s(raw, images, workload.candidates, workload.candidate_references)
+    ours = pipelines.capeval_refclip(capeval.RefCLIPScore(model=positive_clip), workload)
+    structure = pipelines.authors_structure(load_backbone(positive_clip), workload)
+    assert np.ptp(reference) > 1e-3  # distinct values, not clipped zeros
+    assert np.abs(ours - reference).max() <= 1e-5
+    assert np.abs(structure - reference).max() <= 1e-5
 
 
 def test_torchmetrics_clip_score_agrees_without_the_prompt(positive_clip, workload):

@@ -178,6 +178,8 @@ def test_shape_colour_and_position_are_those_of_the_scene():
         assert where[scene.position], (scene, x, y)
 
 
+# The fill of a bounding box by its shape, by geometry: square 1, circle pi / 4 = 0.785, triangle 1 / 2; the
+# bounds leave room for pixel rounding at 224 px.
 @pytest.mark.parametrize(
     ("shape", "lo", "hi"), [("square", 0.95, 1.0), ("circle", 0.74, 0.83), ("triangle", 0.42, 0.56)]
 )

@@ -48,8 +48,12 @@ def test_best_reference_is_kept_and_sigma_scales_the_distance(toy_vectors):
     one = WMD(vectors=toy_vectors, stopwords="none", tokenizer=_split)
     two = WMD(vectors=toy_vectors, stopwords="none", tokenizer=_split, sigma=2.0)
     refs = [["r", "p r", "q"]]
+    # By hand (toy vectors, |pq| = |qr| = 5, |pr| = 10): [p q] -> [p r] and -> [q] both move half the mass a
+    # distance 5 (2.5); -> [r] costs 0.5 * 10 + 0.5 * 5 = 7.5.
     assert one(["p q"], refs)["distances"] == [2.5]
     assert two(["p q"], refs)["scores"] == [pytest.approx(math.exp(-2.5 / 2))]
+    # The toolkit's sigma is 1 (tylin/coco-caption pycocoevalcap/wmd/wmd.py: self.sigma = 1.0).
+    assert one.sigma == 1.0 and one(["p q"], refs)["scores"] == [pytest.approx(math.exp(-2.5))]
 
 
 def _random_captions(rng: random.Random, n: int) -> list[str]:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from capeval.text.stopwords import COCO_WMD_STOPWORDS, COCO_WMD_STOPWORDS_ORDERED, resolve_stopwords
@@ -83,6 +79,13 @@ STANFORD_OUTPUT = [
         "Two dogs , one black and one white , play in the snow ; they're happy : yes !",
         "two dogs , one black and one white , play in the snow ; they 're happy : yes !",
     ),
+    # The forms issue 16 found lexed differently from the jar (same jar, same flags, run here).
+    (
+        "In the '90s 1,000 people ate fish'n'chips :) here",
+        "in the '90s 1,000 people ate fish 'n' chips :-rrb- here",
+    ),
+    ("The se'keo plane at .5 mph -- 'tis -5.5 degrees", "the se ` keo plane at .5 mph -- 't is -5.5 degrees"),
+    ("woman says 'bye , bye . . . ' to a '4' sign", "woman says ` bye , bye ... ' to a ' 4 ' sign"),
 ]
 
 
@@ -106,6 +109,17 @@ def test_coco_tokens_drop_the_toolkit_punctuation_but_keep_lowercased_brackets()
     assert {".", ",", "``", "''", "-LRB-"} <= COCO_PUNCTUATIONS
 
 
+def test_coco_tokens_drop_every_mark_of_the_toolkit_list():
+    # pycocoevalcap/tokenizer/ptbtokenizer.py, PUNCTUATIONS, written out by hand (17 entries): each mark
+    # below is a lexer token of its own in these captions and the toolkit drops it.
+    caption = "a dog ; a cat : a bird - a fish -- a cow ... yes ? no ! ok , `quoted' ``twice'' (x) {y} ."
+    assert (
+        coco_tokens(caption)
+        == "a dog a cat a bird a fish a cow yes no ok quoted twice -lrb- x -rrb- -lcb- y -rcb-".split()
+    )
+    assert len(COCO_PUNCTUATIONS) == 17
+
+
 def test_stopwords_equal_the_coco_toolkit_file(repo_root):
     path = repo_root.parent / "shared" / "reference" / "coco_caption_wmd_stopwords.txt"
     if not path.is_file():
@@ -126,55 +140,3 @@ def test_stopword_option_names_sets_and_errors():
         resolve_stopwords("nltk")
     with pytest.raises(TypeError, match="stopwords must be strings"):
         resolve_stopwords(["a", 3])
-
-
-def _stanford_jar() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("pycocoevalcap")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    jar = Path(list(spec.submodule_search_locations)[0]) / "tokenizer" / "stanford-corenlp-3.4.1.jar"
-    return jar if jar.is_file() and shutil.which("java") else None
-
-
-def test_ptb_tokenize_agrees_with_the_stanford_jar_on_every_benchmark_caption(benchmarks_dir, tmp_path):
-    """All Flickr8k and Pascal-50S captions (about 93,000), after the toolkit's punctuation removal.
-
-    Known gaps (2 captions here): emoticons such as ":)" (the lexer writes ":-rrb-") and apostrophes inside
-    unknown words ("se'keo" -> "se ` keo").
-    """
-    import json
-
-    import scipy.io
-
-    jar = _stanford_jar()
-    if jar is None:
-        pytest.skip("needs Java and pycocoevalcap's Stanford CoreNLP jar")
-    texts = set()
-    for line in (benchmarks_dir / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
-        texts.add(line.split("\t", 1)[1])
-    pascal = json.loads((benchmarks_dir / "pascal50s" / "pascal_50s_consensus_labels.json").read_text())
-    for items in pascal.values():
-        for item in items:
-            texts.update(item["captions"])
-            texts.update(item["references"])
-    refs = scipy.io.loadmat(benchmarks_dir / "pascal50s" / "pascal50S.mat")["refs"]
-    for entry in refs[0]:
-        texts.update(str(s[0]) for s in entry["sent"].reshape(-1) if len(s))
-    texts = sorted(t.replace("\n", " ") for t in texts if t.strip())
-    src = tmp_path / "captions.txt"
-    src.write_text("\n".join(texts), encoding="utf-8")
-    cmd = ["java", "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer", "-preserveLines", "-lowerCase"]
-    out = subprocess.run([*cmd, str(src)], capture_output=True, check=True, timeout=300).stdout.decode(
-        "utf-8"
-    )
-    lines = out.split("\n")
-    assert len(lines) >= len(texts)
-    differ = [
-        (t, s)
-        for t, s in zip(texts, lines[: len(texts)], strict=True)
-        if coco_tokens(t) != [w for w in s.rstrip().split(" ") if w and w not in COCO_PUNCTUATIONS]
-    ]
-    assert len(texts) > 90_000
-    assert len(differ) <= 3, differ[:10]

@@ -22,8 +22,22 @@ COCO_PUNCTUATIONS = frozenset(
 )
 
 _BRACKETS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-"}
+# The lexer writes en and em dashes as "--", the ellipsis character as "...", and pound and euro signs as
+# "#" and "$" (the PTB's conventions).
 _NORMALISE = str.maketrans(
-    {"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ", "\ufffd": " "}
+    {
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u00a0": " ",
+        "\ufffd": " ",
+        "\u2013": "--",
+        "\u2014": "--",
+        "\u2026": "...",
+        "\u00a3": "#",
+        "\u20ac": "$",
+    }
 )
 # Abbreviations whose period the lexer keeps when more text follows (its list is longer; these are the ones
 # captions use).
@@ -46,6 +60,25 @@ _ROCK_N_ROLL = re.compile(r"'n'", re.IGNORECASE)
 # A clitic already split off by an earlier tokeniser ("dog 's"), and times/ratios such as 12:30.
 _LONE_CLITIC = re.compile(r"(?i)(?:n't|'s|'m|'d|'re|'ve|'ll)(?![^\W_])")
 _TIME = re.compile(r"\d+(?::\d+)+")
+# Numbers with inner separators stay whole ("1,000", "1.000,50", ".5"), and a sign that opens a chunk
+# belongs to its number ("-5.5", "+1").
+_NUMBER = re.compile(r"\d*(?:[.,:]\d+)+|\d+")
+_SIGNED_NUMBER = re.compile(r"[-+](?:\d*(?:[.,:]\d+)+|\d+)")
+# Decades ("'90s") and "'tis"/"'twas" ("'t is"), as the lexer's apostrophe words.
+_DECADE = re.compile(r"'\d0s(?![^\W_])")
+_APOSTROPHE_T = re.compile(r"(?i)'t(?=(?:is|was)(?![^\W_]))")
+# Emoticons are one token, their brackets escaped: ":)" -> ":-rrb-".
+# Words the lexer keeps whole around an apostrophe (its APOWORD rule, in part): a capital or "n" before it
+# ("O'Neil"), vowels on both sides ("ma'am", "ne'er"), and a few listed words.
+_INNER_APOSTROPHE = re.compile(r"([^\W\d_]+)'([^\W\d_]+)")
+_APOSTROPHE_WORD = re.compile(
+    r"[A-HJ-XZn]'[^\W\d_]{2,}|[lLdDjJ]'[^\W\d_]+|[^\W\d_]+[aeiouyAEIOUY]'[aeiouA-Z][^\W\d_]*"
+    r"|(?i:o'clock|c'mon|e'er|cap'n|s'mores|li'l|ev'ry|nat'l|nor'easter)"
+)
+# ". . ." (spaced dots) is one ellipsis token for the lexer.
+_SPACED_DOTS = re.compile(r"\.(?: \.){2}")
+_DOUBLED_QUOTE = re.compile(r"''|``")
+_SMILEY = re.compile(r"[:;]-?(?:[()]|[DPdp](?![^\W_]))")
 
 
 def _is_opening(text: str, start: int, end: int) -> bool:
@@ -61,7 +94,7 @@ def ptb_tokenize(text: str) -> list[str]:
     >>> ptb_tokenize("A dog's toy (red) isn't \\"new\\".")
     ['a', 'dog', "'s", 'toy', '-lrb-', 'red', '-rrb-', 'is', "n't", '``', 'new', "''", '.']
     """
-    text = text.translate(_NORMALISE)
+    text = _SPACED_DOTS.sub("...", text.translate(_NORMALISE))
     if "&" in text:
         for entity, char in _ENTITIES:
             text = text.replace(entity, char)
@@ -89,6 +122,10 @@ def _lex(text: str, tokens: list[str]) -> None:
             or _ESCAPED.match(text, pos)
             or _LONE_CLITIC.match(text, pos)
             or _TIME.match(text, pos)
+            or _DECADE.match(text, pos)
+            or _DOUBLED_QUOTE.match(text, pos)
+            or _APOSTROPHE_T.match(text, pos)
+            or (pos == 0 and _SIGNED_NUMBER.match(text, pos))
             or _UPPER_AMPERSAND.match(text, pos)
             or _ROCK_N_ROLL.match(text, pos)
             or _LEADING_APOSTROPHE.match(text, pos)
@@ -97,8 +134,21 @@ def _lex(text: str, tokens: list[str]) -> None:
             tokens.append(m.group())
             pos = m.end()
             continue
-        if m := _WORD.match(text, pos):
+        if m := _SMILEY.match(text, pos):
+            tokens.append("".join(_BRACKETS.get(ch, ch) for ch in m.group()))
+            pos = m.end()
+            continue
+        number = _NUMBER.match(text, pos)
+        m = _WORD.match(text, pos)
+        if number and (m is None or number.end() > m.end()):
+            tokens.append(number.group())
+            pos = number.end()
+            continue
+        if m:
             word, end = m.group(), m.end()
+            if (inner := _ROCK_N_ROLL.search(word)) and inner.start() > 0:
+                # "fish'n'chips" -> "fish 'n' chips": the next round lexes "'n'" on its own.
+                word, end = word[: inner.start()], pos + inner.start()
             if text[end : end + 1] == "." and (
                 word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
             ):
@@ -109,6 +159,12 @@ def _lex(text: str, tokens: list[str]) -> None:
                 tokens.extend((word[:cut], word[cut:]))
             elif c := _CLITIC.match(word):
                 tokens.extend(c.groups())
+            elif (inner := _INNER_APOSTROPHE.match(word)) and not _APOSTROPHE_WORD.fullmatch(word):
+                # An apostrophe inside an unknown word splits it: "se'keo" -> "se ` keo", "int'l" -> "int ' l".
+                left, right = inner.groups()
+                tokens.extend((left, "`" if len(right) > 1 else "'"))
+                pos += len(left) + 1
+                continue
             else:
                 tokens.append(word)
             pos = end
@@ -121,13 +177,15 @@ def _lex(text: str, tokens: list[str]) -> None:
             end = pos
             while end < n and text[end] == "-":
                 end += 1
-            tokens.append(text[pos:end])
+            tokens.append("--")  # "---" too
             pos = end
         elif ch == '"':
             tokens.append("``" if _is_opening(text, pos, pos + 1) else "''")
             pos += 1
         elif ch == "'":
-            tokens.append("`" if _is_opening(text, pos, pos + 1) else "'")
+            # An opening quote only before a letter: "'4'" -> "' 4 '".
+            opening = _is_opening(text, pos, pos + 1) and text[pos + 1].isalpha()
+            tokens.append("`" if opening else "'")
             pos += 1
         elif ch in _BRACKETS:
             tokens.append(_BRACKETS[ch])
