@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv and installs capeval (editable) with the given extras, torch pinned by constraints.txt.
+# Creates .venv and installs capeval (editable) with the given extras, torch pinned by constraints.txt, then
+# places the six evaluate modules in evaluate's module cache so evaluate.load("clipscore") works by bare name.
 # Usage: scripts/setup.sh [extras], e.g. scripts/setup.sh test,spaces,video,bench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,3 +9,4 @@ PYTHON=${PYTHON:-python3}
 spec="."
 [ -n "${1:-}" ] && spec=".[$1]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e "$spec"
+.venv/bin/capeval install-modules

@@ -11,6 +11,7 @@ import os
 for _var, _value in {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
+    "HF_EVALUATE_OFFLINE": "1",  # evaluate 0.4.6 reads its own variable, not HF_HUB_OFFLINE
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "GRADIO_ANALYTICS_ENABLED": "False",

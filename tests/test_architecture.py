@@ -31,7 +31,8 @@ MAY_IMPORT = {
     "integrations": {"integrations", "corpus", "metrics", "clip", "text"},
     "demo": {"demo", "integrations", "testing", "metrics", "clip", "text"},
     "perf": {"perf", "testing", "metrics", "clip", "text"},
-    "cli": {"cli", "bench", "corpus", "integrations", "metrics", "clip", "text"},
+    "scoring": {"scoring", "bench", "corpus", "metrics", "clip", "text"},
+    "cli": {"cli", "scoring", "bench", "corpus", "integrations", "metrics", "clip", "text"},
 }
 EXEMPT = {"capeval", "capeval._lazy"}  # the lazy package roots: they import no capeval module statically
 

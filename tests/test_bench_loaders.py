@@ -95,16 +95,32 @@ def test_flickr8k_expert_keeps_every_row_and_flags_candidates_among_their_refere
     assert row["candidate"] == "Kids building a sandcastle by the sea ."
     assert row["human_scores"] == [1.0, 1.0, 2.0]
     assert len(row["references"]) == 5
-    assert row["image"] == "/imgs/1000_a.jpg"
+    assert row["image"] == "/imgs/1000000001_a1b2c3d4e5.jpg"
     assert load_flickr8k_expert(FIX / "flickr8k")[0]["image"] is None
 
 
 def test_flickr8k_cf_reads_the_yes_fraction_and_counts():
     ds = load_flickr8k_cf(FIX / "flickr8k")
     assert len(ds) == 6
-    assert ds[2]["human_scores"] == [pytest.approx(0.666667)]
+    assert ds[2]["human_scores"] == [0.666666666666667]  # the official file's 15 digits
     assert (ds[2]["n_yes"], ds[2]["n_no"]) == (2, 1)
     assert ds["candidate_in_references"] == [True, False, True, False, True, False]
+
+
+def test_flickr8k_loaders_read_the_clipscore_authors_json_as_the_text_files_under_the_protocol():
+    # flickr8k_clipscore/ holds what jmhessel/clipscore flickr8k_example/download.py writes from flickr8k/
+    from capeval.bench.protocols import exclude_candidates_in_references, remove_judged_from_references
+
+    text = exclude_candidates_in_references(load_flickr8k_expert(FIX / "flickr8k"))
+    js = load_flickr8k_expert(FIX / "flickr8k_clipscore")
+    assert js["candidate"] == text["candidate"] and js["human_scores"] == text["human_scores"]
+    assert js["references"] == text["references"] and set(js["category"]) == {"expert"}
+    text_cf = remove_judged_from_references(load_flickr8k_cf(FIX / "flickr8k"))
+    js_cf = load_flickr8k_cf(FIX / "flickr8k_clipscore" / "crowdflower_flickr8k.json")
+    cols = ("candidate", "human_scores", "references")
+    assert sorted(zip(*(js_cf[c] for c in cols), strict=True)) == sorted(
+        zip(*(text_cf[c] for c in cols), strict=True)
+    )
 
 
 def test_flickr8k_loader_names_the_missing_token_file(tmp_path):
@@ -182,6 +198,18 @@ def test_pascal50s_mat_without_consensus_uses_11_votes_and_pascal50S_sentences(t
     assert "11 votes" in ds[0]["label_source"]
 
 
+def test_pascal50s_sentences_from_the_python_cider_json_equal_those_from_the_mat(tmp_path):
+    # vrama91/cider data/pascal50S.json: [{"image_id", "caption"}], the image's sentences in order
+    sents = {"2008_000001.jpg": ["A dog on a sofa.", "x one", "x two"], "2008_000002.jpg": ["y one", "y two"]}
+    write_pascal_mats(tmp_path, PAIRS, image_sents=sents)
+    from_mat = load_pascal50s(tmp_path)["references"]
+    (tmp_path / "pascal50S.mat").unlink()
+    rows = [{"image_id": img, "caption": c} for img, caps in sents.items() for c in caps]
+    (tmp_path / "pascal50S.json").write_text(json.dumps(rows))
+    from_json = load_pascal50s(tmp_path)["references"]
+    assert from_json == from_mat and from_json[0] == ["x one", "x two"]
+
+
 def test_pascal50s_json_layout_and_its_labels(tmp_path):
     data = {
         "HC": [
@@ -234,6 +262,45 @@ def test_vatex_eval_one_row_per_candidate_with_9_references_and_3_ratings():
     assert ds[0]["item_id"] == "vid00_000001_000011#0"
 
 
+def test_vatex_eval_authors_pickles_give_the_same_rows_as_the_json_redistribution():
+    # ShiYaya/emscore VATEX-EVAL-demo.py: four pickled arrays; human_scores annotator-major (reshape(3, -1).T)
+    release = load_vatex_eval(FIX / "vatex_eval_release")
+    assert release.to_dict() == load_vatex_eval(FIX / "vatex_eval").to_dict()
+    # video vid00_000001_000011, candidate 5: JSON scores row [5.0, 1.0, 1.0]; in the flat pickle these are
+    # entries 5, 18 + 5 and 36 + 5 (18 candidates per annotator)
+    assert release[5]["human_scores"] == [5.0, 1.0, 1.0]
+    assert len(load_vatex_eval(FIX / "vatex_eval_release" / "gts_list.pkl")) == 18
+
+
+def test_vatex_eval_pickles_of_object_arrays_read_and_code_is_refused(tmp_path):
+    import pickle
+
+    n = 2
+    arrays = {
+        "candidates_list": np.array(["a man runs .", "a dog sits ."], dtype=object),
+        "gts_list": np.array([["r1", "r2"], ["r1", "r2"]], dtype=object),
+        "human_scores": np.array([1, 2, 3, 4, 5, 1]),
+        "video_ids": np.array(["v", "v"], dtype=object),
+    }
+    for name, arr in arrays.items():
+        (tmp_path / f"{name}.pkl").write_bytes(pickle.dumps(arr, protocol=2))
+    ds = load_vatex_eval(tmp_path)
+    assert ds["item_id"] == ["v#0", "v#1"]
+    assert ds["human_scores"] == [[1.0, 3.0, 5.0], [2.0, 4.0, 1.0]]  # column k of reshape(3, n)
+    assert ds["references"] == [["r1", "r2"]] * n
+
+    class Runs:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    (tmp_path / "video_ids.pkl").write_bytes(pickle.dumps(Runs()))
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
+        load_vatex_eval(tmp_path)
+    (tmp_path / "video_ids.pkl").unlink()
+    with pytest.raises(FileNotFoundError, match="video_ids.pkl missing"):
+        load_vatex_eval(tmp_path)
+
+
 def test_vatex_eval_refuses_a_candidate_without_three_ratings(tmp_path):
     data = {"v": {"vid": "v", "cands": ["a"], "scores": "[[1.0, 2.0]]", "refs": [["r"] * 9]}}
     (tmp_path / "vid_cans_score_dict.json").write_text(json.dumps(data))
@@ -244,13 +311,49 @@ def test_vatex_eval_refuses_a_candidate_without_three_ratings(tmp_path):
 # ---------------------------------------------------------------- THumB, systems, Polaris, Nebula
 
 
-def test_thumb_rows_carry_systems_and_references_without_the_human_hypothesis():
+def test_thumb_official_layout_matches_segment_keyed_references_from_the_json_lines_dot_json_file():
+    # jungokasai/THumB mscoco/: mscoco_THumB-1.0.jsonl + mscoco_references.json (JSON lines, keyed by seg_id)
     ds = load_thumb(FIX / "thumb")
-    assert len(ds) == 12
-    assert set(ds["system"]) == {"Up-Down", "Unified-VLP", "VinVL-base", "Human"}
-    human = ds.filter(lambda r: r["system"] == "Human")
-    assert all(len(r) == 4 for r in human["references"])
-    assert all(len(r) == 5 for r in ds.filter(lambda r: r["system"] == "Up-Down")["references"])
+    assert len(ds) == 15
+    assert set(ds["system"]) == {"Up-Down", "Unified-VLP", "VinVL-base", "VinVL-large", "Human"}
+    first = ds.filter(lambda r: r["seg_id"] == "974")
+    assert first["references"][0][0] == "A sleeping dog stretched out on a couch."
+    assert all(len(r) == 4 for r in ds["references"])
+    # human_score = (P + R) / 2 + Fl + Inc + Con (THumB mscoco/README.md); the Human row of 974: (5+4)/2 - 1
+    human = first.filter(lambda r: r["system"] == "Human")
+    assert human["human_scores"] == [[3.5]] and human["precision"] == [5.0] and human["recall"] == [4.0]
+    explicit = load_thumb(
+        FIX / "thumb" / "mscoco_THumB-1.0.jsonl", references=FIX / "thumb" / "mscoco_references.json"
+    )
+    assert explicit["references"] == ds["references"]
+
+
+def test_thumb_with_full_coco_references_drops_the_human_caption_once(tmp_path):
+    thumb = (FIX / "thumb" / "mscoco_THumB-1.0.jsonl").read_text().splitlines()
+    (tmp_path / "mscoco_THumB-1.0.jsonl").write_text("\n".join(thumb[:5]) + "\n")
+    human = json.loads(thumb[4])["hyp"]
+    coco = tmp_path / "captions_val2014.json"
+    caps = ["A dog on a sofa.", human, "A dog asleep.", "A red couch.", human]
+    coco.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 974, "file_name": "COCO_val2014_000000000974.jpg"}],
+                "annotations": [{"image_id": 974, "id": i, "caption": c} for i, c in enumerate(caps)],
+            }
+        )
+    )
+    ds = load_thumb(tmp_path, references=coco)
+    by_system = dict(zip(ds["system"], ds["references"], strict=True))
+    assert by_system["Human"] == ["A dog on a sofa.", "A dog asleep.", "A red couch.", human]
+    assert by_system["Up-Down"] == caps
+
+
+def test_thumb_rows_without_references_are_an_error_naming_the_line(tmp_path):
+    (tmp_path / "mscoco_THumB-1.0.jsonl").write_text((FIX / "thumb" / "mscoco_THumB-1.0.jsonl").read_text())
+    refs = (FIX / "thumb" / "mscoco_references.json").read_text().splitlines()
+    (tmp_path / "mscoco_references.json").write_text("\n".join(refs[:2]) + "\n")
+    with pytest.raises(ValueError, match=r"5 of 15 THumB rows have no references .* line 11 \(seg_id 2690"):
+        load_thumb(tmp_path)
 
 
 def test_system_captions_and_human_scores_for_coco_style_system_evaluation(tmp_path):
@@ -320,7 +423,7 @@ def test_hub_loaders_refuse_to_download_when_offline():
 
 def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
     token = read_references(FIX / "flickr8k" / "Flickr8k.token.txt")
-    assert len(token["1000_a"]) == 5
+    assert len(token["1000000001_a1b2c3d4e5"]) == 5
     coco = read_references(FIX / "composite" / "captions_val2014.json")
     assert list(coco) == ["COCO_val2014_000000000042"]
     karpathy = tmp_path / "dataset_coco.json"
@@ -330,4 +433,11 @@ def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
         )
     )
     assert read_references(karpathy) == {"COCO_val2014_000000000042": ["A pizza."]}
-    assert len(read_references(FIX / "thumb" / "mscoco_references.jsonl")["COCO_val2014_000000000974"]) == 5
+    jsonl = tmp_path / "refs.json"  # JSON lines recognised by content, whatever the extension
+    jsonl.write_text('{"image": "a/1.jpg", "refs": ["x", "y"]}\n{"image": "2.jpg", "references": ["z"]}\n')
+    assert read_references(jsonl) == {"1": ["x", "y"], "2": ["z"]}
+
+
+def test_reference_reader_points_thumb_segment_files_to_load_thumb():
+    with pytest.raises(ValueError, match=r"got \['refs', 'seg_id', 'set_id'\].*load_thumb"):
+        read_references(FIX / "thumb" / "mscoco_references.json")

@@ -32,7 +32,7 @@ FIX = Path(__file__).parent / "fixtures" / "bench"
 def test_expert_protocol_drops_pairs_whose_candidate_is_a_reference_of_its_image():
     ds = exclude_candidates_in_references(load_flickr8k_expert(FIX / "flickr8k"))
     assert len(ds) == 5
-    assert "1000_a.jpg|1000_a.jpg#4" not in ds["item_id"]
+    assert "1000000001_a1b2c3d4e5.jpg|1000000001_a1b2c3d4e5.jpg#4" not in ds["item_id"]
 
 
 def test_method_a_keeps_each_rating_method_b_averages_them():
@@ -63,7 +63,7 @@ def test_method_a_repeats_each_score_for_each_rating_as_scipy_on_the_expanded_ve
 
 def test_cf_protocol_removes_every_judged_caption_of_an_image_from_its_references():
     ds = remove_judged_from_references(load_flickr8k_cf(FIX / "flickr8k"))
-    first = ds[0]  # image 1000_a: its own caption #2 was judged, so 4 references remain
+    first = ds[0]  # image 1000000001_a1b2c3d4e5: its own caption #2 was judged, so 4 references remain
     assert "The dog plays in a field ." not in first["references"]
     assert len(first["references"]) == 4
     assert all(c not in r for c, r in zip(ds["candidate"], ds["references"], strict=True))

@@ -56,6 +56,9 @@ def test_flickr8k_expert_from_official_files_equals_the_clipscore_authors_json(e
         (i, c, tuple(h)) for i, c, h in zip(js["image_id"], js["candidate"], js["human_scores"], strict=True)
     )
     assert ours == theirs
+    # the benchmark loader reads the same JSON when given it
+    via_loader = load_flickr8k_expert(benchmarks_dir / "flickr8k" / "flickr8k_expert_clipscore_format.json")
+    assert via_loader["candidate"] == js["candidate"] and len(via_loader) == 5664
 
 
 def test_flickr8k_cf_partial_file_keeps_references_for_every_item(benchmarks_dir):

@@ -142,7 +142,9 @@ def test_image_metrics_get_the_image_paths_when_the_images_exist(tmp_path):
 
     root = tmp_path / "images"
     root.mkdir()
-    for k, name in enumerate(["1000_a.jpg", "2000_b.jpg", "3000_c.jpg"]):
+    for k, name in enumerate(
+        ["1000000001_a1b2c3d4e5.jpg", "2000000002_b2c3d4e5f6.jpg", "3000000003_c3d4e5f6a7.jpg"]
+    ):
         Image.new("RGB", (8 + k, 8), (k * 80, 0, 0)).save(root / name)
 
     def width(predictions, images=None):
@@ -166,7 +168,9 @@ def test_clipscore_runs_through_the_harness_with_a_local_model(tmp_path, tiny_cl
 
     root = tmp_path / "images"
     root.mkdir()
-    for k, name in enumerate(["1000_a.jpg", "2000_b.jpg", "3000_c.jpg"]):
+    for k, name in enumerate(
+        ["1000000001_a1b2c3d4e5.jpg", "2000000002_b2c3d4e5f6.jpg", "3000000003_c3d4e5f6a7.jpg"]
+    ):
         Image.new("RGB", (32, 32), (k * 80, 40, 200 - k * 60)).save(root / name)
     run = run_benchmark(
         "flickr8k_expert",

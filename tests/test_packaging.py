@@ -92,6 +92,8 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    env["HF_EVALUATE_OFFLINE"] = "1"  # evaluate reads only its own variable
+    _run([venv / "bin" / "capeval", "install-modules"], cwd=elsewhere, env=env)
     script = textwrap.dedent(
         f"""
         import capeval, evaluate
@@ -110,6 +112,11 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
             model=str(shapes_clip_path()),
         )
         assert out["scores"][0] > out["scores"][1], out
+        import inspect, json
+        bare = evaluate.load("clipscore")  # evaluate's cache, where capeval install-modules put the wheel's module
+        record = json.load(open(inspect.getfile(type(bare))[:-3] + ".json"))
+        assert record["original file path"].startswith({str(venv)!r}), record
+        assert ".evaluate-metric--clipscore." in type(bare).__module__, type(bare).__module__
         import capeval.demo
         print("OK", out["signature"])
         """

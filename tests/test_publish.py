@@ -6,13 +6,16 @@ The upload itself is checked against a stand-in for ``huggingface_hub.HfApi`` (n
 from __future__ import annotations
 
 import importlib.util
+import json
 import runpy
+from pathlib import Path
 
 import evaluate
 import gradio as gr
 import pytest
 
 from capeval.integrations.hub import front_matter, parse_variables, push_spaces, requirement, stage_space
+from capeval.perf.module_loading import child_env, example_inputs, load_in_fresh_process
 from capeval.registry import METRICS
 
 
@@ -60,6 +63,25 @@ def test_staged_folders_load_with_evaluate_and_score(staged, tiny_clip_dir, monk
     wmd = evaluate.load(str(staged / "wmd"))
     out = wmd.compute(predictions=["a man rides a horse"], references=[["a person riding a horse"]])
     assert 0 < out["wmd"] <= 1
+
+
+@pytest.mark.slow  # a fresh process loading and computing all six (the word vectors twice): about 60 s
+def test_each_staged_folder_loads_in_a_fresh_process_and_computes_what_the_repo_module_computes(
+    staged, repo_root, tmp_path
+):
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    targets = [str(staged / metric) for metric in METRICS]
+    env = child_env("offline", None, tmp_path / "modules", tmp_path / "home")
+    out = load_in_fresh_process(targets, env, cwd, compute=targets)
+    for metric, target in zip(METRICS, targets, strict=True):
+        # evaluate records beside the imported copy where it came from: the staged folder, not the repository.
+        record = json.loads(Path(out[target]["file"]).with_suffix(".json").read_text())
+        assert Path(record["original file path"]).parent == staged / metric
+        inputs = example_inputs(metric)
+        repo = evaluate.load(str(repo_root / "metrics" / metric)).compute(**inputs)
+        assert out[target]["result"] == json.loads(json.dumps(repo)), metric
+        assert out[target]["result"]["scores"], metric
 
 
 def test_staged_app_builds_its_demo_with_its_own_card(staged, tiny_clip_dir, monkeypatch):

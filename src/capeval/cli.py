@@ -1,8 +1,10 @@
 """The ``capeval`` command line.
 
-``capeval score candidates.json image_dir [--references-json refs.json]`` scores captions in the layout of
-the CLIPScore authors' script: candidates ``{image_id: caption}``, a folder of images named by id, optional
-references ``{image_id: [captions]}``; per-image scores go to ``--save-per-instance`` as JSON.
+``capeval score candidates.json [more.json ...] image_dir [--references-json refs.json] [--metrics ...]`` scores
+the captions of one or more systems: candidates in the CLIPScore authors' layout ``{image_id: caption}`` or a COCO
+results list, images named by id or by COCO's patterns, references in the authors' layout, COCO annotations or
+Karpathy's split file (``capeval.scoring``); one row per system, one column per metric, a signature per metric;
+per-image scores go to ``--save-per-instance`` as JSON.
 """
 
 from __future__ import annotations
@@ -13,139 +15,152 @@ import os
 import sys
 from pathlib import Path
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
 
+def _read_inputs(args: argparse.Namespace):
+    """The candidates files, image folder and references named on the command line, paired by image id.
 
-def _read_json(path: str, what: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError as err:
-        raise SystemExit(f"capeval: {what} file not found: {path}") from err
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"capeval: {what} file {path} is not valid JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise SystemExit(f"capeval: {what} file {path} must hold a JSON object {{image_id: ...}}")
-    return data
-
-
-def find_images(image_dir: str | os.PathLike) -> dict[str, Path]:
-    """Image files of a folder by id (file name without extension), as the CLIPScore script pairs them.
-
-    Raises:
-        SystemExit: the folder is missing, or two files share an id.
+    The image folder is ``--image-dir``, else the last positional argument when it is a folder (or no JSON file):
+    ``capeval score a.json b.json images/``.
     """
-    folder = Path(image_dir)
-    if not folder.is_dir():
-        raise SystemExit(f"capeval: image folder not found: {folder}")
-    found: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file():
-            if path.stem in found:
-                raise SystemExit(
-                    f"capeval: two images share the id {path.stem!r}: {found[path.stem].name}, {path.name}"
-                )
-            found[path.stem] = path
-    return found
+    from capeval.scoring.formats import InputFileError, read_caption_files
 
-
-def pair_inputs(candidates: dict, images: dict[str, Path], references: dict | None):
-    """Ordered ids, captions, image paths and references; every candidate must have its image (and references)."""
-    ids = list(candidates)
-    missing = [i for i in ids if i not in images]
-    if missing:
+    paths = list(args.inputs)
+    image_dir = args.image_dir
+    if image_dir is None and len(paths) > 1 and _is_image_folder(paths[-1]):
+        image_dir = paths.pop()
+    if not paths:
         raise SystemExit(
-            f"capeval: {len(missing)} candidate id(s) have no image in the folder, e.g. {missing[:5]} "
-            f"(images are matched by file name without extension)"
+            "capeval score: give candidates files and an image folder (or --corpus SOURCE --output DIR)"
         )
-    refs = None
-    if references is not None:
-        no_refs = [i for i in ids if i not in references]
-        if no_refs:
-            raise SystemExit(
-                f"capeval: {len(no_refs)} candidate id(s) have no references, e.g. {no_refs[:5]}"
-            )
-        not_lists = [i for i in ids if not isinstance(references[i], list)]
-        if not_lists:
-            raise SystemExit(f"capeval: references of {not_lists[:5]} are not lists of captions")
-        refs = [references[i] for i in ids]
-    return ids, [candidates[i] for i in ids], [str(images[i]) for i in ids], refs
+    try:
+        return read_caption_files(paths, image_dir, args.references_json)
+    except InputFileError as err:
+        raise SystemExit(f"capeval: {err}") from None
+
+
+def _is_image_folder(path: str) -> bool:
+    p = Path(path)
+    return p.is_dir() or (not p.exists() and p.suffix.lower() not in (".json", ".jsonl"))
+
+
+def _default_metrics(args, references) -> list[str]:
+    """The authors' script's metrics: CLIP-S, and RefCLIP-S with references (PAC-S's with --checkpoint)."""
+    plain, ref = ("pacscore", "refpacscore") if args.checkpoint else ("clipscore", "refclipscore")
+    return [plain] if references is None else [plain, ref]
 
 
 def _score_command(args: argparse.Namespace) -> int:
-    import capeval
-
     if getattr(args, "corpus", None):
         from capeval.corpus.cli import corpus_command
 
         return corpus_command(args)
-    if args.candidates_json is None or args.image_dir is None:
-        raise SystemExit(
-            "capeval score: give candidates_json and image_dir (or --corpus SOURCE --output DIR)"
-        )
-    candidates = _read_json(args.candidates_json, "candidates")
-    references = _read_json(args.references_json, "references") if args.references_json else None
-    images = find_images(args.image_dir)
-    ids, captions, paths, refs = pair_inputs(candidates, images, references)
-    unused = len(images) - len(ids)
-    if unused:
+    from capeval.scoring.systems import score_systems
+    from capeval.scoring.tables import comparison_lines, per_instance, render, signature_lines
+
+    inputs = _read_inputs(args)
+    if inputs.unused_images:
         print(
-            f"note: {unused} image(s) in {args.image_dir} have no candidate and are not scored",
+            f"note: {inputs.unused_images} image(s) in the folder have no candidate and are not scored",
             file=sys.stderr,
         )
+    if (args.compare or args.baseline) and (
+        len(inputs.systems) < 2 or args.baseline not in (None, *inputs.systems)
+    ):
+        raise SystemExit(
+            f"capeval score: --baseline/--compare need two or more systems and a baseline among them; "
+            f"the systems are {list(inputs.systems)}"
+        )
+    result = score_systems(
+        inputs.systems,
+        images=inputs.images,
+        references=inputs.references,
+        metrics=args.metrics or _default_metrics(args, inputs.references),
+        ids=inputs.ids,
+        model=args.model,
+        checkpoint=args.checkpoint,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        prefix=args.prefix,
+        w=args.w,
+        vectors=args.vectors,
+        progress=False if args.no_progress else None,
+    )
+    if args.compare or args.baseline:
+        from capeval.scoring.systems import compare_systems
 
-    options = dict(model=args.model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-    options["progress"] = None if not args.no_progress else False
-    if args.prefix is not None:
-        options["prefix"] = args.prefix
-    if args.w is not None:
-        options["w"] = args.w
-    if args.checkpoint:
-        return _report(args, *_pacscore(options, args, captions, refs, paths, ids))
-    from capeval.clip.backbones import DEFAULT_MODEL
-
-    options["model"] = options["model"] or DEFAULT_MODEL
-    if refs is None:
-        result = capeval.CLIPScore(**options)(captions, images=paths)
-        per_image = {i: {"CLIPScore": s} for i, s in zip(ids, result["scores"], strict=True)}
-        print(f"CLIPScore: {result['clipscore']:.4f}")
-    else:
-        result = capeval.RefCLIPScore(**options)(captions, references=refs, images=paths)
-        per_image = {
-            i: {"CLIPScore": c, "RefCLIPScore": r}
-            for i, c, r in zip(ids, result["clip_s_scores"], result["scores"], strict=True)
-        }
-        print(f"CLIPScore: {result['clip_s']:.4f}")
-        print(f"RefCLIPScore: {result['refclipscore']:.4f}")
-    return _report(args, result, per_image)
-
-
-def _pacscore(options: dict, args, captions, refs, paths, ids) -> tuple[dict, dict]:
-    """PAC-S (and RefPAC-S with references); ``--model`` left unset lets the checkpoint pick its base."""
-    import capeval
-
-    result = capeval.PACScore(checkpoint=args.checkpoint, **options)(captions, references=refs, images=paths)
-    print(f"PAC-S: {result['pacscore']:.4f}")
-    if refs is None:
-        return result, {i: {"PAC-S": s} for i, s in zip(ids, result["scores"], strict=True)}
-    print(f"RefPAC-S: {result['refpacscore']:.4f}")
-    per_image = {
-        i: {"PAC-S": p, "RefPAC-S": r}
-        for i, p, r in zip(ids, result["scores"], result["refpacscore_scores"], strict=True)
-    }
-    return result, per_image
-
-
-def _report(args, result: dict, per_image: dict) -> int:
-    print(f"signature: {result['signature']}")
+        compare_systems(
+            result,
+            args.baseline or result.systems[0],
+            method=args.compare_method,
+            n_resamples=args.n_resamples,
+            confidence=args.confidence,
+            seed=args.seed,
+            correction=args.correction,
+        )
+    print(render(result, args.format))
+    if args.format == "csv":
+        print("\n".join(signature_lines(result) + comparison_lines(result)), file=sys.stderr)
     if args.save_per_instance:
         out = Path(args.save_per_instance)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(json.dumps(per_image, indent=2))
+        tmp.write_text(json.dumps(per_instance(result), indent=2))
         os.replace(tmp, out)  # atomic: a crash never leaves half a file
-        print(f"per-image scores written to {out}")
+        print(f"per-image scores written to {out}", file=sys.stderr if args.format != "text" else sys.stdout)
     return 0
+
+
+_INSTALL_MODULES_HELP = """\
+Place the six evaluate modules of this capeval in evaluate's module cache, in the layout evaluate writes for a
+module it downloaded, so that evaluate.load("clipscore") works by bare name from any directory: at once with
+HF_EVALUATE_OFFLINE=1, and online after evaluate's Hub look-up of evaluate-metric/<name> misses.
+
+Conditions: the process that calls evaluate.load must see the same HF_MODULES_CACHE (default HF_HOME/modules)
+as this command; online, every such load first asks the Hub (HF_ENDPOINT) and falls back to the cache only
+because the Hub has no canonical module of that name; evaluate logs "Using the latest cached version of the
+module" each time. Idempotent: a second run writes nothing; after upgrading capeval, run it again: the
+current code replaces older copies of the six (evaluate would otherwise import the newest file among them).
+Prefer capeval.load("<name>") in code, which needs neither the cache nor the Hub.
+"""
+
+
+def _install_modules_command(args: argparse.Namespace) -> int:
+    from capeval.integrations.module_cache import default_modules_cache, install_modules
+
+    cache = args.modules_cache or default_modules_cache()
+    for item in install_modules(args.metrics, cache):
+        removed = f" (removed {len(item.removed)} older copies)" if item.removed else ""
+        print(f"{item.name}: {item.status}{removed} {item.script}")
+    return 0
+
+
+def _add_install_modules_parser(sub) -> None:
+    from capeval.registry import METRICS
+
+    install = sub.add_parser(
+        "install-modules",
+        help='make evaluate.load("<name>") work by bare name from any directory (evaluate\'s module cache)',
+        description=_INSTALL_MODULES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    install.add_argument(
+        "--metrics", nargs="+", default=list(METRICS), choices=METRICS, help="default: all six"
+    )
+    install.add_argument(
+        "--modules-cache",
+        metavar="DIR",
+        default=None,
+        help="evaluate's module cache (default: $HF_MODULES_CACHE, else $HF_HOME/modules, as evaluate reads them)",
+    )
+    install.set_defaults(func=_install_modules_command)
+
+
+def _confidence(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"confidence must be in (0, 1), got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,14 +175,60 @@ def build_parser() -> argparse.ArgumentParser:
 
     score = sub.add_parser(
         "score",
-        help="score captions against an image folder (CLIPScore; RefCLIPScore with references)",
-        description="Score candidate captions against images, in the layout of the CLIPScore authors' script.",
+        help="score captions of one or more systems against their images and references",
+        description=(
+            "Score candidate captions (one file per system: {image_id: caption} or a COCO results list) against "
+            "a folder of images (<id>.<ext>, COCO_val2014_%%012d.jpg, %%012d.jpg) and references "
+            "({image_id: [captions]}, captions_val2014.json or Karpathy's dataset_coco.json)."
+        ),
     )
-    score.add_argument("candidates_json", nargs="?", help="JSON {image_id: caption}")
-    score.add_argument("image_dir", nargs="?", help="folder of images named <image_id>.<ext>")
-    score.add_argument("--references-json", help="JSON {image_id: [reference captions]}: adds RefCLIPScore")
     score.add_argument(
-        "--save-per-instance", metavar="OUT.json", help="write per-image scores to this JSON file"
+        "inputs",
+        nargs="*",
+        metavar="CANDIDATES [IMAGE_DIR]",
+        help="candidates files (one per system), then the image folder (or give it with --image-dir)",
+    )
+    score.add_argument("--image-dir", default=None, help="folder of images named by image id")
+    score.add_argument(
+        "--references-json",
+        help="references: {image_id: [captions]}, COCO captions_*.json or Karpathy's dataset_*.json",
+    )
+    score.add_argument(
+        "--metrics",
+        nargs="+",
+        default=None,
+        metavar="METRIC",
+        help="metric names as in `capeval bench` (clipscore refclipscore wmd wembsim bleu1..bleu4 meteor rougeL "
+        "cider spice pacscore refpacscore, groups, package.module:callable); default: clipscore, and "
+        "refclipscore with references (pacscore, refpacscore with --checkpoint)",
+    )
+    score.add_argument(
+        "--format", default="text", choices=["text", "markdown", "csv", "json"], help="table format"
+    )
+    compare = score.add_argument_group(
+        "comparison of systems (paired test of each metric's corpus score, capeval.compare_many)"
+    )
+    compare.add_argument(
+        "--baseline", metavar="SYSTEM", help="compare every other system with this one (its file's stem)"
+    )
+    compare.add_argument("--compare", action="store_true", help="compare with the first system")
+    compare.add_argument("--compare-method", default="permutation", choices=["permutation", "bootstrap"])
+    compare.add_argument(
+        "--n-resamples", type=cli_type("n_resamples", int, check_count), default=None, help="default 10000"
+    )
+    compare.add_argument(
+        "--confidence", type=float, default=None, help="level of the interval (default 0.95)"
+    )
+    compare.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    compare.add_argument("--correction", default="none", choices=["none", "holm"], help="across systems")
+    score.add_argument(
+        "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
+    )
+    score.add_argument(
+        "--save-per-instance",
+        metavar="OUT.json",
+        help="write per-image scores of every metric: {image_id: {metric: score}} for one system, "
+        "{system: {image_id: {metric: score}}} for several",
     )
     score.add_argument(
         "--model",
@@ -198,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_corpus_arguments(score)
     score.set_defaults(func=_score_command)
+
+    from capeval.bench.compare_cli import add_compare_parser
+
+    add_compare_parser(sub)
+
+    _add_install_modules_parser(sub)
 
     try:
         from capeval.bench.cli import add_bench_parser

@@ -49,6 +49,10 @@ _LAZY = {
     "bootstrap_ci": "capeval.bench.statistics",
     "pairwise_accuracy": "capeval.bench.statistics",
     "forward_selection": "capeval.bench.infogain",
+    "compare": "capeval.bench.significance",
+    "compare_many": "capeval.bench.significance",
+    "Comparison": "capeval.bench.significance",
+    "holm": "capeval.bench.significance",
     # running and reporting
     "BenchMetric": "capeval.bench.metrics",
     "metric_from_callable": "capeval.bench.metrics",

@@ -32,6 +32,41 @@ class RatingAnalysis:
     selection: list[tuple[str, float]] = field(default_factory=list)  # (metric, R^2 after adding it)
 
 
+def headline_intervals(
+    run: BenchmarkRun, keys: list[str] | None = None, n_resamples: int = 200, seed: int = 0
+) -> dict[str, tuple[float, float, float]]:
+    """95% bootstrap interval of the headline correlation per metric name: ``(estimate, low, high)`` x 100.
+
+    Whole items are resampled (the three expert ratings of a caption together). ``n_resamples=0`` gives the
+    estimate alone (low = high = estimate). Empty for a benchmark without a correlation headline.
+    """
+    bench = run.benchmark
+    measure = bench.columns[0][0]
+    if bench.kind != "rating" or measure not in MEASURES or run.dataset is None:
+        return {}
+    if keys is None:
+        keys = [k for k, o in run.outcomes.items() if not o.skipped]
+    keys = [k for k in keys if "default" in run.scores.get(k, {})]
+    idx, human, groups = rating_rows(run.dataset, "A")
+    out = {}
+    for k in keys:
+        s = run.scores[k]["default"][idx]
+        if n_resamples <= 0:
+            est = 100 * correlation(s, human, measure)
+            out[run.outcomes[k].name] = (est, est, est)
+            continue
+        ci = bootstrap_ci(
+            lambda a, h: correlation(a, h, measure),
+            s,
+            human,
+            groups=groups,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        out[run.outcomes[k].name] = (100 * ci.estimate, 100 * ci.low, 100 * ci.high)
+    return out
+
+
 def rating_analysis(
     run: BenchmarkRun, n_resamples: int = 200, seed: int = 0, folds: int = 10
 ) -> RatingAnalysis | None:
@@ -47,16 +82,7 @@ def rating_analysis(
     rows = {k: run.scores[k]["default"][idx] for k in keys}
     names = {k: run.outcomes[k].name for k in keys}
     out = RatingAnalysis(measure)
-    for k in keys:
-        ci = bootstrap_ci(
-            lambda s, h: correlation(s, h, measure),
-            rows[k],
-            human,
-            groups=groups,
-            n_resamples=n_resamples,
-            seed=seed,
-        )
-        out.intervals[names[k]] = (100 * ci.estimate, 100 * ci.low, 100 * ci.high)
+    out.intervals = headline_intervals(run, keys, n_resamples=n_resamples, seed=seed)
     best = max(keys, key=lambda k: out.intervals[names[k]][0])
     out.best = names[best]
     for k in keys:

@@ -84,6 +84,11 @@ class CocoBaseline:
             self.key, {"impl": "pycocoevalcap", "tokenizer": "ptb"}, libraries=("pycocoevalcap",)
         )
 
+    @property
+    def corpus_is_mean(self) -> bool:
+        """Whether the toolkit's corpus score is the mean of the per-caption scores (BLEU's and METEOR's are not)."""
+        return not (self.key.startswith("bleu") or self.key == "meteor")
+
     def unavailable(self) -> str | None:
         """Why this baseline cannot run here, or None."""
         try:
@@ -97,6 +102,17 @@ class CocoBaseline:
         return None
 
     def __call__(self, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> list[float]:
+        return self.corpus_score(predictions, references)[1]
+
+    def corpus_score(
+        self, predictions: Sequence[str], references: Sequence[Sequence[str]]
+    ) -> tuple[float, list[float]]:
+        """The toolkit's corpus score and the per-caption scores of one call.
+
+        The corpus score is what ``COCOEvalCap`` prints: BLEU from the n-gram counts of the whole corpus and
+        METEOR from its aggregated statistics are not the mean of the per-caption values (ROUGE-L, CIDEr and
+        SPICE are).
+        """
         if len(predictions) != len(references):
             raise ValueError(f"got {len(references)} reference lists for {len(predictions)} predictions")
         for i, refs in enumerate(references):
@@ -107,34 +123,35 @@ class CocoBaseline:
         res = {i: [tok[p]] for i, p in enumerate(predictions)}
         gts = {i: [tok[r] for r in refs] for i, refs in enumerate(references)}
         with contextlib.redirect_stdout(io.StringIO()):
-            scores = self._compute(gts, res)
-        return [float(s) for s in scores]
+            corpus, scores = self._compute(gts, res)
+        return float(corpus), [float(s) for s in scores]
 
     def _compute(self, gts, res):
         if self.key.startswith("bleu"):
             from pycocoevalcap.bleu.bleu import Bleu
 
-            _, per = Bleu(4).compute_score(gts, res, verbose=0)
-            return per[int(self.key[-1]) - 1]
+            corpus, per = Bleu(4).compute_score(gts, res, verbose=0)
+            n = int(self.key[-1]) - 1
+            return corpus[n], per[n]
         if self.key == "rougeL":
             from pycocoevalcap.rouge.rouge import Rouge
 
-            return Rouge().compute_score(gts, res)[1]
+            return Rouge().compute_score(gts, res)
         if self.key == "cider":
             from pycocoevalcap.cider.cider import Cider
 
-            return Cider().compute_score(gts, res)[1]
+            return Cider().compute_score(gts, res)
         if self.key == "meteor":
             from pycocoevalcap.meteor.meteor import Meteor
 
             if self._meteor is None:
                 self._meteor = Meteor()
-            return self._meteor.compute_score(gts, res)[1]
+            return self._meteor.compute_score(gts, res)
         if self.key == "spice":
             from pycocoevalcap.spice.spice import Spice
 
-            per = Spice().compute_score(gts, res)[1]
-            return [float(p["All"]["f"]) for p in per]
+            corpus, per = Spice().compute_score(gts, res)
+            return corpus, [float(p["All"]["f"]) for p in per]
         raise AssertionError(self.key)
 
     def close(self) -> None:

@@ -5,6 +5,12 @@ Official files (``Flickr8k_text.zip``): ``ExpertAnnotations.txt`` (image, captio
 ``Flickr8k.token.txt`` (``image#k<TAB>caption``, five per image). The loaders keep every judged row and mark the
 candidates that are one of their image's references (``candidate_in_references``); removing them is the
 protocol's job (:mod:`capeval.bench.protocols`), so both the standard and the easier setting stay reachable.
+
+The JSON files the CLIPScore authors' ``flickr8k_example/download.py`` writes from those, and PAC-S's
+``compute_correlations.py`` reads (``flickr8k.json`` for Expert, ``crowdflower_flickr8k.json`` for CF), are
+read too: by :func:`load_clipscore_json`, and by the two loaders when a folder holds one of them instead of
+the text files (the Expert JSON already leaves out the 158 pairs whose candidate is a reference; the CF JSON
+has each judged caption removed from its image's references).
 """
 
 from __future__ import annotations
@@ -32,6 +38,19 @@ _WHERE = (
     "Flickr8k.token.txt; pass the folder that contains them"
 )
 TOKEN_FILES = ("Flickr8k.token.txt",)
+# Written by jmhessel/clipscore flickr8k_example/download.py, read by aimagelab/pacscore compute_correlations.py.
+EXPERT_JSON = "flickr8k.json"
+CF_JSON = "crowdflower_flickr8k.json"
+
+
+def _json_instead(path: str | os.PathLike, text_names, json_name: str) -> Path | None:
+    """The CLIPScore-layout JSON to read when ``path`` is one, or a folder with it and none of ``text_names``."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p if p.suffix == ".json" else None
+    if any((p / n).is_file() for n in text_names):
+        return None
+    return p / json_name if (p / json_name).is_file() else None
 
 
 def _captions(path: str | os.PathLike, captions: str | os.PathLike | None):
@@ -86,7 +105,8 @@ def load_flickr8k_expert(
     """Flickr8k-Expert: one row per judged (image, caption) pair with its three expert ratings.
 
     Args:
-        path: folder holding ``ExpertAnnotations.txt`` and ``Flickr8k.token.txt`` (or the annotation file).
+        path: folder holding ``ExpertAnnotations.txt`` and ``Flickr8k.token.txt`` (or the annotation file), or
+            the CLIPScore authors' ``flickr8k.json`` (or a folder holding it and not the text files).
         image_root: folder of the Flickr8k images (``Flicker8k_Dataset``); ``image`` is None without it.
         captions: the token file, when it is not next to the annotations.
 
@@ -96,6 +116,9 @@ def load_flickr8k_expert(
         ``candidate_in_references`` (the candidate is one of the image's own references, 158 rows in the
         official file).
     """
+    js = _json_instead(path, ("ExpertAnnotations.txt",), EXPERT_JSON)
+    if js is not None:
+        return load_clipscore_json(js, image_root=image_root, category="expert")
     ann = find_file(path, ("ExpertAnnotations.txt",), "Flickr8k-Expert annotations", _WHERE)
     by_image, by_id = _captions(ann.parent if Path(path).is_file() else path, captions)
     rows, skipped = [], []
@@ -122,13 +145,18 @@ def load_flickr8k_cf(
     """Flickr8k-CF (CrowdFlower): one row per judged pair, ``human_scores = [fraction of "yes"]``.
 
     Reads ``CrowdFlowerAnnotations.txt`` (or a ``CrowdFlowerAnnotations*.txt`` variant such as the partial copy in
-    ``../shared/benchmarks``). Extra columns: ``candidate_id``, ``n_yes``, ``n_no``, ``candidate_in_references``.
+    ``../shared/benchmarks``), or the CLIPScore authors' ``crowdflower_flickr8k.json`` (a path to it, or a folder
+    holding it and no text file). Extra columns: ``candidate_id``, ``n_yes``, ``n_no``, ``candidate_in_references``
+    (from the JSON: ``candidate_in_references`` only).
     """
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     names = [
         "CrowdFlowerAnnotations.txt",
         *sorted(p.name for p in folder.glob("CrowdFlowerAnnotations*.txt")),
     ]
+    js = _json_instead(path, names, CF_JSON)
+    if js is not None:
+        return load_clipscore_json(js, image_root=image_root, category="crowdflower")
     ann = find_file(path, names, "Flickr8k-CF annotations", _WHERE)
     by_image, by_id = _captions(folder, captions)
     rows, skipped = [], []

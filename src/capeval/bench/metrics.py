@@ -167,34 +167,22 @@ def _wrap(obj) -> BenchMetric:
     )
 
 
+_IMAGE_OPTIONS = ("model", "device", "dtype", "batch_size", "prefix", "w", "progress")
+
 # key: (capeval class, display name, uses references, uses images, result key, options it takes)
 CAPEVAL_METRICS = {
     "wmd": ("WMD", "WMD", True, False, "scores", ("vectors",)),
     "wembsim": ("WEmbSim", "WEmbSim", True, False, "scores", ("vectors",)),
-    "clipscore": ("CLIPScore", "CLIP-S", False, True, "scores", ("model", "device", "dtype", "batch_size")),
-    "refclipscore": (
-        "RefCLIPScore",
-        "RefCLIP-S",
-        True,
-        True,
-        "scores",
-        ("model", "device", "dtype", "batch_size"),
-    ),
-    "pacscore": (
-        "PACScore",
-        "PAC-S",
-        False,
-        True,
-        "scores",
-        ("checkpoint", "model", "device", "dtype", "batch_size"),
-    ),
+    "clipscore": ("CLIPScore", "CLIP-S", False, True, "scores", _IMAGE_OPTIONS),
+    "refclipscore": ("RefCLIPScore", "RefCLIP-S", True, True, "scores", _IMAGE_OPTIONS),
+    "pacscore": ("PACScore", "PAC-S", False, True, "scores", ("checkpoint", *_IMAGE_OPTIONS)),
     "refpacscore": (
         "PACScore",
         "RefPAC-S",
         True,
         True,
         "refpacscore_scores",
-        ("checkpoint", "model", "device", "dtype", "batch_size"),
+        ("checkpoint", *_IMAGE_OPTIONS),
     ),
     # The reference-only variant: VATEX-EVAL without videos. IDF comes from the call's references.
     "emscore": (
@@ -230,6 +218,10 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
         return state["obj"]
 
     class Lazy:
+        def scorer(self):
+            """The capeval metric object itself (``capeval score`` hands it shared image embeddings)."""
+            return scorer()
+
         def __call__(self, predictions, references=None, images=None):
             call = {}
             if uses_refs:

@@ -8,7 +8,10 @@ Pascal-50S official files (``pyCIDErConsensus``, ``cider-matlab/data``):
 - ``consensus_pascal.mat``: ``triplets``, 48 per pair in pair order, each ``(reference, sentence 1, sentence 2,
   winner)`` with winner 1 or 2: the 48 consensus judgments the CLIPScore/PAC-S protocol uses, and the 48
   references they were made against.
-- ``pascal50S.mat``: ``refs``, 50 sentences for each of the 1,000 images.
+- ``pascal50S.mat``: ``refs``, 50 sentences for each of the 1,000 images; or the Python CIDEr repository's
+  ``pascal50S.json`` (``vrama91/cider`` ``data/``: ``[{"image_id", "caption"}]``, 50 per image), read the same way.
+  That repository's ``pascal_candsB.json`` / ``pascal_candsC.json`` hold the 4,000 pairs without categories or
+  votes, so they are not a benchmark on their own.
 - ``pascal_50s_consensus_labels.json`` (CLIPScore/PAC-S JSON layout): ``{HC|HI|HM|MM: [{image, captions[2],
   label, references[5]}]}`` with the consensus label (index of the preferred caption) already resolved.
 
@@ -109,6 +112,12 @@ def read_consensus_triplets(path: str | os.PathLike, n_pairs: int, per_pair: int
 
 
 def _read_pascal_refs(path: Path) -> dict[str, list[str]]:
+    """50 sentences per image from ``pascal50S.mat`` (``refs``) or ``pascal50S.json`` (``[{image_id, caption}]``)."""
+    if path.suffix == ".json":
+        out: dict[str, list[str]] = defaultdict(list)
+        for name, caption in _read_caption_list(path):
+            out[name].append(caption)
+        return dict(out)
     mat = _loadmat(path)
     if "refs" not in mat:
         raise ValueError(f"{path}: no 'refs' variable (expected pascal50S.mat)")
@@ -157,7 +166,7 @@ def load_pascal50s(
     n = len(inputs)
 
     consensus = optional_file(folder, ("consensus_pascal.mat",))
-    refs_file = optional_file(folder, ("pascal50S.mat",))
+    refs_file = optional_file(folder, ("pascal50S.mat", "pascal50S.json"))
     labels_file = optional_file(folder, ("pascal_50s_consensus_labels.json", "pascal_50s.json"))
     c_refs = c_votes = None
     if consensus is not None:

@@ -7,7 +7,11 @@ benchmark can look its references up from an image file name whatever layout the
   ``results_20130124.token``);
 - COCO caption annotations (``captions_val2014.json``): ``{"images": [...], "annotations": [{image_id, caption}]}``;
 - Karpathy split files (``dataset_coco.json``, ``dataset_flickr30k.json``): ``{"images": [{filename, sentences: [{raw}]}]}``;
-- a JSON object ``{image: [captions]}`` or JSON lines ``{"image": ..., "refs"|"references": [...]}``.
+- a JSON object ``{image: [captions]}`` or JSON lines ``{"image": ..., "refs"|"references": [...]}`` (JSON lines
+  are recognised by their content, whatever the extension: THumB names its JSON-lines file ``.json``).
+
+THumB's own references (``mscoco/mscoco_references.json``: ``{"seg_id", "set_id", "refs"}`` per line) are keyed
+by segment, not by image; :func:`capeval.bench.systems.load_thumb` reads them with :func:`read_json_lines`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,36 @@ def read_token_file(path: str | os.PathLike) -> tuple[dict[str, list[str]], dict
     return dict(by_image), by_id
 
 
+def is_json_lines(path: str | os.PathLike) -> bool:
+    """True when the file holds one JSON value per line rather than one JSON document (checked on content)."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
+    if len(lines) < 2:
+        return Path(path).suffix == ".jsonl"
+    try:
+        json.loads(lines[0])
+    except json.JSONDecodeError:
+        return False  # the first line is part of a larger document
+    return True
+
+
+def read_json_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """``[(line number, object)]`` of a JSON-lines file; a line that is not a JSON object is an error naming it."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg}): {line[:60]!r}") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
+            out.append((n, rec))
+    return out
+
+
 def read_references(path: str | os.PathLike) -> dict[str, list[str]]:
     """Reference captions per image key from any of the layouts in the module docstring."""
     path = Path(path).expanduser()
@@ -47,18 +81,21 @@ def read_references(path: str | os.PathLike) -> dict[str, list[str]]:
         raise FileNotFoundError(f"reference captions file not found: {path}")
     if path.suffix in (".txt", ".token") or path.name.endswith(".token.txt"):
         return read_token_file(path)[0]
-    if path.suffix == ".jsonl":
+    if is_json_lines(path):
         out: dict[str, list[str]] = {}
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                rec = json.loads(line)
-                refs = rec.get("refs", rec.get("references"))
-                img = rec.get("image", rec.get("image_id", rec.get("file_name")))
-                if refs is None or img is None:
-                    raise ValueError(f"{path}:{n}: expected 'image' and 'refs' (or 'references') fields")
-                out[image_key(img)] = [str(r) for r in refs]
+        for n, rec in read_json_lines(path):
+            refs = rec.get("refs", rec.get("references"))
+            img = rec.get("image", rec.get("image_id", rec.get("file_name")))
+            if refs is None or img is None:
+                hint = (
+                    " (THumB's segment-keyed references: load them with load_thumb)"
+                    if "seg_id" in rec
+                    else ""
+                )
+                raise ValueError(
+                    f"{path}:{n}: expected 'image' and 'refs' (or 'references') fields, got {sorted(rec)}{hint}"
+                )
+            out[image_key(img)] = [str(r) for r in refs]
         return out
     with open(path, encoding="utf-8") as f:
         data = json.load(f)

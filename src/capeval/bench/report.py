@@ -2,7 +2,7 @@
 
 Each cell reads ``ours (published, difference)``; a cell without a published number shows ours alone. Below
 each table: the protocol notes, the metrics that were skipped and why, the signatures behind the numbers,
-and a figure of metric scores against the human judgments.
+and a figure (drawn by :mod:`capeval.bench.plots`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from capeval.bench.metrics import display_name
+from capeval.bench.plots import plot_run
 from capeval.bench.published import published_elsewhere, published_value, published_values, sources
 from capeval.bench.runner import BenchmarkRun
 
@@ -92,69 +93,6 @@ def _published_only_rows(run: BenchmarkRun, digits: int) -> list[str]:
     return rows
 
 
-def plot_run(run: BenchmarkRun, path: str | os.PathLike) -> Path | None:
-    """Score against human judgment for every metric that ran (box plots per rating level, or accuracy bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = [k for k, o in run.outcomes.items() if not o.skipped and k in run.scores]
-    if not metrics or run.dataset is None:
-        return None
-    bench = run.benchmark
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if bench.kind == "pairwise":
-        cols = [c for c, _ in bench.columns]
-        fig, ax = plt.subplots(figsize=(min(12.0, 2.0 + 0.25 * len(cols) * len(metrics)), 3.4))
-        width = 0.8 / len(metrics)
-        for j, key in enumerate(metrics):
-            vals = [run.outcomes[key].values.get(c, np.nan) for c in cols]
-            ax.bar(np.arange(len(cols)) + j * width, vals, width, label=run.outcomes[key].name)
-        ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [h for _, h in bench.columns])
-        ax.set_ylabel("accuracy (%)")
-        ax.set_ylim(0, 100)
-        ax.axhline(50, color="grey", lw=0.8, ls="--")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.set_title(f"{bench.title}: pairwise accuracy")
-    else:
-        human = np.array([float(np.mean(h)) for h in run.dataset["human_scores"]])
-        levels = np.unique(human)
-        if len(levels) > 12:
-            edges = np.unique(np.quantile(human, np.linspace(0, 1, 7)))
-            bins = np.clip(np.digitize(human, edges[1:-1]), 0, len(edges) - 2)
-            labels = [f"{(edges[i] + edges[i + 1]) / 2:.2g}" for i in range(len(edges) - 1)]
-        else:
-            bins = np.searchsorted(levels, human)
-            labels = [f"{v:.2g}" for v in levels]
-        n = len(metrics)
-        ncols = min(3, n)
-        nrows = (n + ncols - 1) // ncols
-        fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3 * nrows), squeeze=False)
-        for ax, key in zip(axes.ravel(), metrics, strict=False):
-            per_setting = run.scores[key]
-            setting = "default" if "default" in per_setting else sorted(per_setting)[-1]
-            s = per_setting[setting]
-            groups = [s[bins == b] for b in range(len(labels))]
-            ax.boxplot([g if len(g) else [np.nan] for g in groups], showfliers=False)
-            ax.set_xticks(
-                range(1, len(labels) + 1), labels, fontsize=7, rotation=45 if len(labels) > 6 else 0
-            )
-            ax.set_title(
-                f"{run.outcomes[key].name}" + ("" if setting == "default" else f" ({setting})"), fontsize=9
-            )
-            ax.set_xlabel("human rating (mean per item)")
-            ax.set_ylabel("score")
-        for ax in axes.ravel()[n:]:
-            ax.axis("off")
-        fig.suptitle(f"{bench.title}: metric score by human rating", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def write_report(
     runs: Sequence[BenchmarkRun],
     out_dir: str | os.PathLike,
@@ -211,6 +149,7 @@ def write_report(
                     cited.add(p.source)
         cited.update(p.source for p in published_values(bench.name))
         lines.append("")
+        analysis = None
         if stats:
             from capeval.bench.analysis import analysis_markdown, rating_analysis
 
@@ -218,7 +157,8 @@ def write_report(
             if analysis is not None:
                 lines += analysis_markdown(analysis, stats)
         if plots:
-            png = plot_run(run, out / "plots" / f"{bench.name}.png")
+            intervals = analysis.intervals if analysis is not None else None
+            png = plot_run(run, out / "plots" / f"{bench.name}.png", intervals=intervals)
             if png is not None:
                 lines += [f"![{bench.title}](plots/{png.name})", ""]
         sigs = [

@@ -2,8 +2,11 @@
 
 THumB 1.0 (Kasai et al. 2022, ``mscoco/mscoco_THumB-1.0.jsonl``): one JSON object per line with ``SYS``,
 ``seg_id``, ``set_id``, ``hyp``, ``image``, ``P``, ``R``, ``Fl``, ``Inc``, ``Con``, ``human_score``; 500 COCO
-Karpathy-test images x 5 systems (one of them, ``Human``, is a held-out COCO reference). References come from a
-file the user supplies (any layout of :mod:`capeval.bench.references`).
+Karpathy-test images x 5 systems (one of them, ``Human``, is a held-out COCO reference). Its references,
+``mscoco/mscoco_references.json``, are JSON lines despite the extension, one ``{"seg_id", "set_id", "refs"}``
+per image with the 4 COCO references other than the ``Human`` caption; they are matched on ``seg_id``. Any
+image-keyed layout of :mod:`capeval.bench.references` (``captions_val2014.json``, ``dataset_coco.json``) works
+too, matched on the image file name.
 
 COCO 2015: the human system-level scores (M1, M2, ...) are a small table the user supplies (CSV with a
 ``system`` column), and each system's captions a COCO results file (``[{image_id, caption}]``).
@@ -19,9 +22,44 @@ from pathlib import Path
 import datasets
 
 from capeval.bench._common import RATING_FEATURES, build_dataset, find_file, image_path, normalize_caption
-from capeval.bench.references import image_key, read_references
+from capeval.bench.references import image_key, read_json_lines, read_references
 
 THUMB_URL = "https://raw.githubusercontent.com/jungokasai/THumB/master/mscoco/mscoco_THumB-1.0.jsonl"
+# Looked for next to the THumB file, official name first.
+THUMB_REFERENCE_NAMES = (
+    "mscoco_references.json",
+    "mscoco_references.jsonl",
+    "captions_val2014.json",
+    "dataset_coco.json",
+)
+
+
+def read_thumb_references(path: str | os.PathLike) -> tuple[str, dict[str, list[str]]]:
+    """References for THumB: ``("seg_id", {seg_id: refs})`` for THumB's own file, else ``("image", {key: refs})``.
+
+    THumB's file is recognised by content (every line an object with ``seg_id`` and ``refs``), so a renamed
+    copy works; anything else goes through :func:`capeval.bench.references.read_references`.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"THumB references file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        head = json.loads(first)
+    except json.JSONDecodeError:
+        head = None
+    if not (isinstance(head, dict) and "seg_id" in head and "refs" in head):
+        return "image", read_references(path)
+    out: dict[str, list[str]] = {}
+    for n, rec in read_json_lines(path):
+        if "seg_id" not in rec or not isinstance(rec.get("refs"), list):
+            raise ValueError(f"{path}:{n}: expected 'seg_id' and a 'refs' list, got fields {sorted(rec)}")
+        seg = str(rec["seg_id"])
+        if seg in out:
+            raise ValueError(f"{path}:{n}: seg_id {seg!r} appears twice")
+        out[seg] = [str(r) for r in rec["refs"]]
+    return "seg_id", out
 
 
 def load_thumb(
@@ -33,50 +71,58 @@ def load_thumb(
 
     Args:
         path: ``mscoco_THumB-1.0.jsonl`` or its folder.
-        references: COCO references (``captions_val2014.json``, ``dataset_coco.json`` or a jsonl with
-            ``image`` and ``refs``); default: ``mscoco_references.jsonl`` or ``captions_val2014.json`` next to the
-            THumB file, else none (reference-based metrics are then skipped). A ``Human`` hypothesis is removed
-            from its own image's references.
+        references: THumB's ``mscoco_references.json`` (matched on ``seg_id``) or COCO references in an
+            image-keyed layout (``captions_val2014.json``, ``dataset_coco.json``, JSON lines with ``image`` and
+            ``refs``); default: the first of :data:`THUMB_REFERENCE_NAMES` next to the THumB file, else none
+            (reference-based metrics are then skipped). A ``Human`` hypothesis is removed from its own image's
+            references when they come from a full COCO set (THumB's own file already leaves it out).
         image_root: folder of the COCO images.
 
     Extra columns: ``system``, ``seg_id``, ``precision`` (P), ``recall`` (R).
     """
     file = find_file(path, ("mscoco_THumB-1.0.jsonl",), "THumB 1.0", f"download {THUMB_URL}")
     if references is None:
-        for name in ("mscoco_references.jsonl", "captions_val2014.json", "dataset_coco.json"):
-            if (file.parent / name).is_file():
-                references = file.parent / name
-                break
-    refs_by_image = read_references(references) if references is not None else {}
+        references = next(
+            (file.parent / n for n in THUMB_REFERENCE_NAMES if (file.parent / n).is_file()), None
+        )
+    keyed_by, refs_by_key = read_thumb_references(references) if references is not None else ("image", {})
     rows = []
-    with open(file, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            for field in ("SYS", "seg_id", "hyp", "image", "human_score"):
-                if field not in rec:
-                    raise ValueError(f"{file}:{n}: missing field {field!r}")
-            key = image_key(rec["image"])
-            hyp = normalize_caption(rec["hyp"])
-            refs = [normalize_caption(r) for r in refs_by_image.get(key, [])]
-            if rec["SYS"] == "Human":
-                refs = [r for r in refs if r.lower() != hyp.lower()]
-            rows.append(
-                {
-                    "item_id": f"thumb/{rec['SYS']}/{rec['seg_id']}",
-                    "image_id": key,
-                    "image": image_path(image_root, rec["image"]),
-                    "candidate": hyp,
-                    "references": refs,
-                    "human_scores": [float(rec["human_score"])],
-                    "category": rec["SYS"],
-                    "system": rec["SYS"],
-                    "seg_id": str(rec["seg_id"]),
-                    "precision": float(rec.get("P", float("nan"))),
-                    "recall": float(rec.get("R", float("nan"))),
-                }
-            )
+    missing = []
+    for n, rec in read_json_lines(file):
+        for field in ("SYS", "seg_id", "hyp", "image", "human_score"):
+            if field not in rec:
+                raise ValueError(f"{file}:{n}: missing field {field!r}")
+        key = image_key(rec["image"])
+        hyp = normalize_caption(rec["hyp"])
+        found = refs_by_key.get(str(rec["seg_id"]) if keyed_by == "seg_id" else key)
+        if references is not None and not found:
+            missing.append(f"line {n} (seg_id {rec['seg_id']}, {rec['image']})")
+        refs = [normalize_caption(r) for r in found or []]
+        if rec["SYS"] == "Human" and keyed_by == "image":
+            # Full COCO reference sets hold the Human caption itself; THumB's own file already leaves it out,
+            # and there an equal sentence is another annotator's duplicate (39 of the 500 images), so it stays.
+            same = [i for i, r in enumerate(refs) if r.lower() == hyp.lower()]
+            refs = [r for i, r in enumerate(refs) if i != (same[0] if same else -1)]
+        rows.append(
+            {
+                "item_id": f"thumb/{rec['SYS']}/{rec['seg_id']}",
+                "image_id": key,
+                "image": image_path(image_root, rec["image"]),
+                "candidate": hyp,
+                "references": refs,
+                "human_scores": [float(rec["human_score"])],
+                "category": rec["SYS"],
+                "system": rec["SYS"],
+                "seg_id": str(rec["seg_id"]),
+                "precision": float(rec.get("P", float("nan"))),
+                "recall": float(rec.get("R", float("nan"))),
+            }
+        )
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of {len(rows)} THumB rows have no references in {references} (matched on "
+            f"{keyed_by}): {', '.join(missing[:3])}"
+        )
     return build_dataset(
         rows,
         RATING_FEATURES,

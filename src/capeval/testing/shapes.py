@@ -139,7 +139,9 @@ def make_example_folder(
     """Write ``example_items`` as a folder in the layout of the CLIPScore authors' script.
 
     Layout: ``images/<image_id>.png``, ``candidates.json`` (``{image_id: caption}``) and ``references.json``
-    (``{image_id: [captions]}``). The same seed writes byte-identical files.
+    (``{image_id: [captions]}``); a second system, ``canonical_results.json``, captions every image with its
+    scene's canonical caption, as a COCO results list (``[{"image_id": ..., "caption": ...}]``), for comparing
+    systems. The same seed writes byte-identical files.
 
     Returns:
         the items, as ``example_items`` returns them.
@@ -155,4 +157,8 @@ def make_example_folder(
     references = {image_id: item["references"] for image_id, item in items.items()}
     (folder / "candidates.json").write_text(json.dumps(candidates, indent=2) + "\n")
     (folder / "references.json").write_text(json.dumps(references, indent=2) + "\n")
+    canonical = [
+        {"image_id": image_id, "caption": caption(item["scene"])} for image_id, item in items.items()
+    ]
+    (folder / "canonical_results.json").write_text(json.dumps(canonical, indent=2) + "\n")
     return items

@@ -1,0 +1,359 @@
+"""Is the difference real? Paired significance tests of two systems' corpus scores on the same items.
+
+Every capeval metric's corpus score is the mean of its per-item scores, so the difference between two systems
+scored on the same images is the mean of the paired differences ``d_i = a_i - b_i``. Two tests, after
+sacreBLEU's ``--paired-ar`` and ``--paired-bs`` (``sacrebleu/significance.py``, Post 2018; Koehn 2004; Riezler &
+Maxwell 2005):
+
+- ``"permutation"`` (paired approximate randomisation): under the null hypothesis the two systems are
+  exchangeable on each item, so each item's pair of scores is swapped at random (the sign of ``d_i`` flipped);
+  the two-sided p-value is the share of assignments whose ``|mean(d*)|`` is at least the observed ``|mean(d)|``.
+  ``scipy.stats.permutation_test(..., permutation_type="samples")`` does the work: it enumerates all ``2^n``
+  assignments when ``2^n <= n_resamples`` (an exact p-value), else draws ``n_resamples`` of them and reports
+  ``(count + 1) / (n_resamples + 1)``, the observed assignment counting as one of the draws (Phipson & Smyth 2010).
+- ``"bootstrap"`` (paired bootstrap resampling): items are drawn with replacement, the same draw for both
+  systems; the p-value is sacreBLEU's (after Moses' ``bootstrap-hypothesis-difference-significance.pl``): the
+  resampled ``|delta*|`` are centred on their mean to stand for the null distribution, and
+  ``p = (#{|delta*| - mean|delta*| >= |delta|} + 1) / (n_resamples + 1)``.
+
+Both report the percentile bootstrap confidence interval of ``delta = mean(a) - mean(b)`` (scipy's
+``stats.bootstrap``), so a user always gets an interval.
+
+One deliberate difference from sacreBLEU: it counts resampled statistics strictly greater than the observed one
+(``>``, after multeval), so a system compared with itself gets ``p = 1 / (n_resamples + 1)``. capeval counts
+greater-or-equal, as scipy and Phipson & Smyth do, with scipy's relative tolerance of ``100 * eps`` for values
+equal in exact arithmetic; a system compared with itself gets ``p = 1``. The two differ only on ties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+METHODS = ("permutation", "bootstrap")
+CORRECTIONS = ("none", "holm")
+N_RESAMPLES = 10_000  # sacreBLEU's default number of approximate-randomisation trials (significance.py)
+CONFIDENCE = 0.95
+# Elements (resamples x items) scipy holds at once: bounds memory (~32 MB of indices) on large corpora.
+_BATCH_ELEMENTS = 2**22
+# scipy.stats.permutation_test's tolerance for values that are equal in exact arithmetic.
+_RELATIVE_TOLERANCE = 100 * np.finfo(np.float64).eps
+
+Scores = Sequence[float] | np.ndarray | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Paired comparison of system ``a`` with system ``b`` on the same ``n`` items.
+
+    Attributes:
+        metric: the metric's name (from a result dict's signature, or given), or None.
+        name_a, name_b: the systems' names.
+        mean_a, mean_b: corpus scores (means of the per-item scores).
+        delta: ``mean_a - mean_b``.
+        ci_low, ci_high: percentile bootstrap interval of ``delta`` at ``confidence``.
+        confidence: the interval's level, e.g. 0.95.
+        p_value: two-sided p-value of H0 "the systems score the same".
+        method: ``"permutation"`` or ``"bootstrap"``.
+        n_resamples: permutations (when not exact) and bootstrap resamples drawn.
+        exact: True when the permutation test enumerated all ``2^n`` assignments (p-value exact).
+        n: number of paired items.
+        seed: the random seed (None: fresh entropy, not reproducible).
+        p_adjusted: Holm-adjusted p-value when several systems were compared with ``correction="holm"``.
+    """
+
+    metric: str | None
+    name_a: str
+    name_b: str
+    mean_a: float
+    mean_b: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    method: str
+    n_resamples: int
+    exact: bool
+    n: int
+    seed: int | None
+    p_adjusted: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        head = f"{self.metric}: " if self.metric else ""
+        level = f"{100 * self.confidence:g}%"
+        if self.method == "permutation" and self.exact:
+            how = f"exact paired permutation over all {2**self.n} assignments, n = {self.n}"
+        else:
+            how = f"paired {self.method}, {self.n_resamples} resamples, n = {self.n}"
+        p = f"p = {_format_p(self.p_value)}"
+        if self.p_adjusted is not None:
+            p += f", Holm-adjusted p = {_format_p(self.p_adjusted)}"
+        return (
+            f"{head}{self.name_a} {self.mean_a:.4f} vs {self.name_b} {self.mean_b:.4f}, "
+            f"delta {self.delta:+.4f} [{level} CI {self.ci_low:+.4f}, {self.ci_high:+.4f}], {p} ({how})"
+        )
+
+
+def _format_p(p: float) -> str:
+    return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def _metric_of(scores: Scores) -> str | None:
+    if isinstance(scores, Mapping):
+        signature = scores.get("signature")
+        if isinstance(signature, str) and signature:
+            return signature.split("|", 1)[0]
+    return None
+
+
+def _as_scores(scores: Scores, name: str) -> np.ndarray:
+    """Per-item scores as a 1-D float array; a metric result dict gives its ``"scores"``."""
+    if isinstance(scores, Mapping):
+        if "scores" not in scores:
+            raise ValueError(f"{name!r}: a result dict needs a 'scores' key, got keys {sorted(scores)[:8]}")
+        scores = scores["scores"]
+    if isinstance(scores, (str, bytes)):
+        raise TypeError(f"{name!r}: scores must be a sequence of numbers, got a string")
+    try:
+        values = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError):
+        for i, v in enumerate(scores):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise TypeError(f"{name!r} score at index {i} is not a number: {v!r}") from None
+        raise
+    if values.ndim != 1:
+        raise ValueError(f"{name!r}: scores must be one number per item, got shape {values.shape}")
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{name!r} score at index {i} is {values[i]} ({bad.size} non-finite in all); "
+            "a paired test needs a finite score for every item"
+        )
+    return values
+
+
+def _check_options(method: str, n_resamples: int, confidence: float) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def _batch(n: int) -> int:
+    return max(1, _BATCH_ELEMENTS // n)
+
+
+def _abs_mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.abs(np.mean(d, axis=axis))
+
+
+def _mean(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(d, axis=axis)
+
+
+def _permutation_p(d: np.ndarray, n_resamples: int, rng: np.random.Generator) -> tuple[float, bool]:
+    """Two-sided paired permutation p-value of ``mean(d) != 0`` and whether it is exact.
+
+    One sample with ``permutation_type="samples"`` is scipy's sign-flip test: flipping ``d_i`` is swapping the
+    systems' labels on item i. The statistic ``|mean(d)|`` with ``alternative="greater"`` is sacreBLEU's
+    two-sided count (``|delta*| >= |delta|``).
+    """
+    result = stats.permutation_test(
+        (d,),
+        _abs_mean,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_resamples,
+        alternative="greater",
+        batch=_batch(d.size),
+        rng=rng,
+    )
+    exact = 2**d.size <= n_resamples  # scipy's rule: enumerate all assignments when they fit
+    return float(result.pvalue), exact
+
+
+def _bootstrap(d: np.ndarray, n_resamples: int, confidence: float, rng: np.random.Generator):
+    """scipy's percentile bootstrap of ``mean(d)``: its result (interval and resampled means)."""
+    return stats.bootstrap(
+        (d,),
+        _mean,
+        vectorized=True,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        batch=_batch(d.size),
+        rng=rng,
+    )
+
+
+def _bootstrap_p(resampled_deltas: np.ndarray, delta: float) -> float:
+    """sacreBLEU's paired-bootstrap p-value (``_paired_bs_test`` + ``_compute_p_value``), counting ``>=``."""
+    sample_diffs = np.abs(resampled_deltas)
+    centred = sample_diffs - sample_diffs.mean()
+    observed = abs(delta)
+    count = int(np.count_nonzero(centred >= observed - _RELATIVE_TOLERANCE * observed))
+    return (count + 1) / (resampled_deltas.size + 1)
+
+
+def compare(
+    scores_a: Scores,
+    scores_b: Scores,
+    *,
+    method: str = "permutation",
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int | None = 0,
+    names: tuple[str, str] = ("a", "b"),
+    metric: str | None = None,
+) -> Comparison:
+    """Paired significance test of the difference of two systems' corpus scores on the same items.
+
+    Args:
+        scores_a, scores_b: per-item scores of the same ``n`` items in the same order: lists, (n,) arrays, or
+            metric result dicts (their ``"scores"``; their signature names the metric and must agree).
+        method: ``"permutation"`` (paired approximate randomisation, sacreBLEU's ``paired-ar``; exact when
+            ``2^n <= n_resamples``) or ``"bootstrap"`` (paired bootstrap resampling, sacreBLEU's ``paired-bs``).
+        n_resamples: random permutations (when not exact) and bootstrap resamples for the interval.
+        confidence: level of the bootstrap interval of the difference.
+        seed: seed of numpy's generator; the same seed gives the same result. None draws fresh entropy.
+        names: the systems' names in the result and its one-line summary.
+        metric: the metric's name in the summary (default: from a result dict's signature).
+
+    Returns:
+        Comparison: means, ``delta = mean_a - mean_b``, its interval and the two-sided p-value (see the module
+        docstring for the definitions).
+
+    Raises:
+        ValueError: lengths differ, fewer than 2 items, a non-finite score (named by system and index),
+            result dicts of different metrics or options, or a bad option.
+        TypeError: a score that is not a number.
+    """
+    _check_options(method, n_resamples, confidence)
+    name_a, name_b = (str(x) for x in names)
+    a = _as_scores(scores_a, name_a)
+    b = _as_scores(scores_b, name_b)
+    if a.size != b.size:
+        raise ValueError(
+            f"got {a.size} scores for {name_a!r} and {b.size} for {name_b!r}: a paired test needs the same "
+            "items in the same order"
+        )
+    if a.size < 2:
+        raise ValueError(f"a paired test needs at least 2 items, got {a.size}")
+    sig_a = scores_a.get("signature") if isinstance(scores_a, Mapping) else None
+    sig_b = scores_b.get("signature") if isinstance(scores_b, Mapping) else None
+    if sig_a and sig_b and sig_a != sig_b:
+        raise ValueError(
+            f"the two results were computed differently ({sig_a!r} vs {sig_b!r}); compare scores of one metric "
+            "with the same options, or pass the score lists themselves to compare them anyway"
+        )
+    metric = metric or _metric_of(scores_a) or _metric_of(scores_b)
+
+    rng = np.random.default_rng(seed)
+    d = a - b
+    delta = float(d.mean())
+    if method == "permutation":
+        p_value, exact = _permutation_p(d, n_resamples, rng)
+        boot = _bootstrap(d, n_resamples, confidence, rng)
+    else:
+        exact = False
+        boot = _bootstrap(d, n_resamples, confidence, rng)
+        p_value = _bootstrap_p(boot.bootstrap_distribution, delta)
+    low, high = boot.confidence_interval
+    return Comparison(
+        metric=metric,
+        name_a=name_a,
+        name_b=name_b,
+        mean_a=float(a.mean()),
+        mean_b=float(b.mean()),
+        delta=delta,
+        ci_low=float(low),
+        ci_high=float(high),
+        confidence=float(confidence),
+        p_value=min(1.0, float(p_value)),
+        method=method,
+        n_resamples=int(n_resamples),
+        exact=exact,
+        n=int(a.size),
+        seed=seed,
+    )
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the order given.
+
+    Sorted ascending ``p_(1) <= ... <= p_(m)``: ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``.
+    Controls the family-wise error rate under any dependence between the tests.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted.tolist()
+
+
+def compare_many(
+    baseline_scores: Scores,
+    systems: Mapping[str, Scores],
+    *,
+    baseline_name: str = "baseline",
+    method: str = "permutation",
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int | None = 0,
+    correction: str = "none",
+    metric: str | None = None,
+) -> dict[str, Comparison]:
+    """Each system against one baseline on the same items (``delta = system - baseline``), as sacreBLEU does.
+
+    Every system is tested with the same seed, so all see the same random draws. With several systems the
+    chance that one of them looks significant by luck grows; ``correction="holm"`` adds Holm's adjusted
+    p-values (``Comparison.p_adjusted``), which bound the family-wise error rate. The default, ``"none"``,
+    reports each test on its own, as sacreBLEU does.
+
+    Args:
+        baseline_scores: per-item scores of the baseline (list, array or metric result dict).
+        systems: ``{name: per-item scores}`` of the other systems, items in the baseline's order.
+        baseline_name: the baseline's name in the results.
+        method, n_resamples, confidence, seed, metric: as in :func:`compare`.
+        correction: ``"none"`` or ``"holm"``.
+
+    Returns:
+        dict[str, Comparison]: one comparison per system, in the order of ``systems``.
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    if not systems:
+        raise ValueError("compare_many needs at least one system besides the baseline")
+    results = {
+        name: compare(
+            scores,
+            baseline_scores,
+            method=method,
+            n_resamples=n_resamples,
+            confidence=confidence,
+            seed=seed,
+            names=(name, baseline_name),
+            metric=metric,
+        )
+        for name, scores in systems.items()
+    }
+    if correction == "holm":
+        adjusted = holm([c.p_value for c in results.values()])
+        results = {
+            name: replace(c, p_adjusted=p) for (name, c), p in zip(results.items(), adjusted, strict=True)
+        }
+    return results

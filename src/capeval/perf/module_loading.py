@@ -1,0 +1,199 @@
+"""How a bare ``evaluate.load("<name>")`` behaves, and how long it takes, when the Hub says it has no such module,
+refuses the connection or never answers: fresh processes against a local stand-in for the Hub (``HF_ENDPOINT``).
+
+Used by ``scripts/bench_module_loading.py`` (the times the README quotes) and ``tests/test_install_modules.py``.
+The child process is this module run as a script (``python -m capeval.perf.module_loading SPEC``): it imports
+evaluate and capeval first, so the time of each ``evaluate.load`` is the look-up and import of the module alone.
+"""
+
+from __future__ import annotations
+
+import http.server
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# offline: HF_EVALUATE_OFFLINE=1 (no request at all); 404: every URL is missing; 401: what huggingface.co answers an
+# anonymous client about a repository it does not show; closed: nothing listens on the port; silent: the connection
+# is accepted and never answered (a firewall that swallows packets, a hung proxy).
+HUB_ANSWERS = ("offline", "404", "401", "closed", "silent")
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+_OWN_VARS = (*_OFFLINE_VARS, "HF_ENDPOINT", "HF_MODULES_CACHE", "HF_HOME", "HF_UPDATE_DOWNLOAD_COUNTS")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    status = 404
+    files: dict[str, bytes] = {}
+    seen: list[str] = []
+
+    def _answer(self, body: bool) -> None:
+        self.seen.append(f"{self.command} {self.path}")
+        name = self.path.rsplit("/", 1)[-1]
+        content = self.files.get(name)
+        if content is None:
+            self.send_response(self.status)
+            self.send_header("X-Error-Code", "RepoNotFound" if self.status == 401 else "EntryNotFound")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(content)))
+        self.send_header("ETag", f'"{len(content)}"')
+        self.end_headers()
+        if body:
+            self.wfile.write(content)
+
+    def do_HEAD(self):  # noqa: N802 (http.server's method names)
+        self._answer(body=False)
+
+    def do_GET(self):  # noqa: N802
+        self._answer(body=True)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def stand_in_hub(
+    answer: str, files: dict[str, bytes] | None = None
+) -> Iterator[tuple[str | None, list[str]]]:
+    """A local endpoint for ``HF_ENDPOINT`` giving one of ``HUB_ANSWERS``.
+
+    Args:
+        answer: one of ``HUB_ANSWERS``.
+        files: for ``"404"``/``"401"``: file names served (200) wherever they are asked for, as the Hub serves a
+            module that exists.
+
+    Yields:
+        The endpoint URL (``None`` for ``"offline"``) and the list of requests it received (``"HEAD /path"``).
+    """
+    if answer not in HUB_ANSWERS:
+        raise ValueError(f"unknown Hub answer {answer!r}; choose from {', '.join(HUB_ANSWERS)}")
+    seen: list[str] = []
+    if answer == "offline":
+        yield None, seen
+    elif answer == "closed":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        yield f"http://127.0.0.1:{port}", seen
+    elif answer == "silent":
+        with socket.socket() as listener:
+            # Listening but never accepting: the kernel completes the handshake, no byte ever comes back.
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(64)
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
+    else:
+        handler = type(
+            "Handler", (_Handler,), {"status": int(answer), "files": dict(files or {}), "seen": seen}
+        )
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def child_env(answer: str, endpoint: str | None, modules_cache: Path, hf_home: Path) -> dict[str, str]:
+    """The environment of a fresh process: this one's, with the Hugging Face variables set for ``answer``.
+
+    evaluate's download counter (a HEAD to a fixed S3 address, not ``HF_ENDPOINT``) is switched off so that only
+    the stand-in is ever contacted.
+    """
+    import capeval
+
+    env = {k: v for k, v in os.environ.items() if k not in _OWN_VARS}
+    env.update(HF_MODULES_CACHE=str(modules_cache), HF_HOME=str(hf_home), HF_UPDATE_DOWNLOAD_COUNTS="0")
+    if answer == "offline":
+        env.update(dict.fromkeys(_OFFLINE_VARS, "1"))
+    else:
+        env["HF_ENDPOINT"] = str(endpoint)
+    source = str(Path(capeval.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def load_in_fresh_process(
+    targets: list[str],
+    env: dict[str, str],
+    cwd: str | os.PathLike,
+    compute: list[str] = (),
+    timeout: float = 600,
+) -> dict[str, dict]:
+    """``evaluate.load`` each target in a new Python process; returns, per target, the file of the module evaluate
+    imported (``file``), its dotted name (``module``), the load time in seconds and, for the targets also listed in
+    ``compute``, the result of ``compute(**example_inputs(<name>))``.
+
+    Raises:
+        RuntimeError: the process failed (its stderr is in the message).
+    """
+    spec = json.dumps({"load": list(targets), "compute": list(compute)})
+    done = subprocess.run(
+        [sys.executable, "-m", "capeval.perf.module_loading", spec],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"evaluate.load in a fresh process failed ({done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def example_inputs(name: str) -> dict:
+    """Inputs on which each of the six modules computes offline: two drawn scenes, the committed shapes CLIP (also
+    as PAC-S's converted checkpoint) and the packaged word vectors."""
+    from capeval.testing.shapes import Scene, draw, shapes_clip_path
+
+    clip = str(shapes_clip_path())
+    predictions = ["a red circle on the left", "a blue square on the right"]
+    references = [["a red circle", "a circle on the left"], ["a blue square"]]
+    images = [draw(Scene("red", "circle", "left")), draw(Scene("blue", "square", "right"))]
+    inputs = {
+        "clipscore": {"images": images, "model": clip},
+        "refclipscore": {"references": references, "images": images, "model": clip},
+        "pacscore": {"references": references, "images": images, "checkpoint": clip},
+        "wembsim": {"references": references},
+        "wmd": {"references": references},
+        "emscore": {"references": references, "model": clip},
+    }
+    if name not in inputs:
+        raise ValueError(f"no example inputs for {name!r}; known: {', '.join(inputs)}")
+    return {"predictions": predictions, **inputs[name]}
+
+
+def _main(spec: dict) -> dict[str, dict]:
+    import datasets  # noqa: F401 (imported before timing: the look-up alone is measured)
+    import evaluate
+
+    import capeval  # noqa: F401
+
+    out = {}
+    for target in spec["load"]:
+        start = time.perf_counter()
+        module = evaluate.load(target)
+        seconds = time.perf_counter() - start
+        file = inspect.getfile(type(module))
+        entry = {"file": file, "module": type(module).__module__, "seconds": seconds}
+        if target in spec["compute"]:
+            entry["result"] = module.compute(**example_inputs(Path(file).stem))
+        out[target] = entry
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_main(json.loads(sys.argv[1]))))

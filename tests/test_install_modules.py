@@ -1,0 +1,170 @@
+"""``capeval install-modules``: a bare ``evaluate.load("<name>")`` from any directory, through evaluate's own
+fallback to its module cache when the Hub has no ``evaluate-metric/<name>``.
+
+Every load runs in a fresh process with a temporary ``HF_MODULES_CACHE`` and ``HF_HOME`` and a working
+directory without a ``metrics/`` folder; "online" means ``HF_ENDPOINT`` at a local stand-in for the Hub
+(:mod:`capeval.perf.module_loading`). The times of those loads are measured by
+``scripts/bench_module_loading.py``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from evaluate.loading import CachedEvaluationModuleFactory, files_to_hash
+
+import capeval
+from capeval.integrations.evaluate_modules import module_path
+from capeval.integrations.module_cache import install_modules
+from capeval.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
+from capeval.registry import METRICS
+
+STALE_HASH = "0" * 64
+
+
+def _install(cache: Path, home: Path, *args: str) -> str:
+    cmd = [sys.executable, "-m", "capeval.cli", "install-modules", "--modules-cache", str(cache), *args]
+    env = child_env("offline", None, cache, home)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300).stdout
+
+
+def _expected_module(name: str) -> str:
+    # The dotted name evaluate's CachedEvaluationModuleFactory builds, with the hash evaluate computes.
+    code_hash = files_to_hash([str(module_path(name) / f"{name}.py")])
+    return f"evaluate_modules.metrics.evaluate-metric--{name}.{code_hash}.{name}"
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        # Lock files are rewritten by every writer, evaluate's own included; they hold nothing.
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".lock"
+    }
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("install")
+    cache, home, cwd = root / "modules", root / "home", root / "elsewhere"
+    cwd.mkdir()
+    _install(cache, home)
+    return cache, home, cwd
+
+
+@pytest.mark.slow  # two fresh processes importing torch: about 50 s on 2 shared cores
+def test_install_writes_the_folders_evaluate_writes_when_it_downloads_a_module(installed, tmp_path):
+    cache, _, cwd = installed
+    source = module_path("clipscore") / "clipscore.py"
+    # evaluate itself downloads clipscore.py from a Hub stand-in that has it and writes its cache entry.
+    with stand_in_hub("404", files={"clipscore.py": source.read_bytes()}) as (endpoint, seen):
+        env = child_env("404", endpoint, tmp_path / "modules", tmp_path / "home")
+        downloaded = load_in_fresh_process(["clipscore"], env, cwd)["clipscore"]
+    assert any("/spaces/evaluate-metric/clipscore/" in r for r in seen)
+    assert downloaded["module"] == _expected_module("clipscore")
+
+    ours_root = cache / "evaluate_modules" / "metrics"
+    theirs_root = tmp_path / "modules" / "evaluate_modules" / "metrics"
+    ours, theirs = _tree(ours_root), _tree(theirs_root)
+    evaluate_wrote = {k for k in theirs if "evaluate-metric--clipscore" in k or k == "__init__.py"}
+    assert evaluate_wrote == {k for k in ours if "evaluate-metric--clipscore" in k or k == "__init__.py"}
+    for rel in evaluate_wrote:
+        if rel.endswith(".json"):
+            # Where the script came from differs (their download cache, our package); the record's keys do not.
+            assert json.loads(ours[rel][1]).keys() == json.loads(theirs[rel][1]).keys()
+        else:
+            assert ours[rel][1] == theirs[rel][1], rel
+
+
+@pytest.mark.slow  # a fresh process importing torch and computing: about 35 s on 2 shared cores
+def test_bare_names_load_offline_from_any_directory_and_compute(installed):
+    cache, home, cwd = installed
+    assert not (cwd / "metrics").exists() and not (cwd / "clipscore").exists()
+    env = child_env("offline", None, cache, home)
+    out = load_in_fresh_process(list(METRICS), env, cwd, compute=["clipscore"])
+    for name in METRICS:
+        assert out[name]["module"] == _expected_module(name), name
+        assert Path(out[name]["file"]).is_relative_to(cache), out[name]["file"]
+    inputs = example_inputs("clipscore")
+    plain = capeval.CLIPScore(model=inputs.pop("model"))(inputs.pop("predictions"), **inputs)
+    assert out["clipscore"]["result"] == _as_json(plain)
+    assert out["clipscore"]["result"]["scores"][0] > 1.0  # the shapes CLIP matches a scene to its caption
+
+
+@pytest.mark.slow  # a fresh process importing torch: about 30 s each on 2 shared cores
+@pytest.mark.parametrize("answer", ["404", "401", "closed"])
+def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(installed, answer):
+    cache, home, cwd = installed
+    with stand_in_hub(answer) as (endpoint, seen):
+        env = child_env(answer, endpoint, cache, home)
+        out = load_in_fresh_process(["clipscore"], env, cwd)["clipscore"]
+    assert out["module"] == _expected_module("clipscore")
+    if answer != "closed":
+        # evaluate asked the Hub first (v0.4.6, then main or the other module types), then used the cache.
+        assert "HEAD /spaces/evaluate-metric/clipscore/resolve/v0.4.6/clipscore.py" in seen, seen
+
+
+@pytest.mark.slow  # the capeval command in a fresh process: about 30 s on 2 shared cores
+def test_the_command_installs_all_six_where_evaluate_looks(installed):
+    cache, home, _ = installed
+    for name in METRICS:
+        folder = cache / "evaluate_modules" / "metrics" / f"evaluate-metric--{name}"
+        assert CachedEvaluationModuleFactory(
+            f"evaluate-metric--{name}", dynamic_modules_path=str(cache / "evaluate_modules")
+        ).get_module().module_path == _expected_module(name)
+        assert (folder / _expected_module(name).split(".")[-2] / f"{name}.py").read_bytes() == (
+            module_path(name) / f"{name}.py"
+        ).read_bytes()
+
+
+def test_installing_twice_changes_nothing(tmp_path):
+    cache = tmp_path / "modules"
+    first = install_modules(modules_cache=cache)
+    before = _tree(cache)
+    second = install_modules(modules_cache=cache)
+    assert _tree(cache) == before  # same files, same bytes, same modification times
+    assert [m.status for m in first] == ["installed"] * len(METRICS)
+    assert [m.status for m in second] == ["unchanged"] * len(METRICS)
+
+
+def test_a_reinstall_removes_other_copies_so_evaluate_picks_the_current_code(tmp_path):
+    cache = tmp_path / "modules"
+    current = install_modules(["clipscore"], cache)[0]
+    # Another capeval's copy, newer on disk (a downgrade, or a copy edited by hand): evaluate takes the newest file.
+    stale = current.script.parents[1] / STALE_HASH
+    stale.mkdir()
+    (stale / "__init__.py").touch()
+    (stale / "clipscore.py").write_text("# an older capeval's module\n")
+    future = current.script.stat().st_mtime + 3600
+    os.utime(stale / "clipscore.py", (future, future))
+    dynamic = str(cache / "evaluate_modules")
+    assert (
+        CachedEvaluationModuleFactory("evaluate-metric--clipscore", dynamic_modules_path=dynamic)
+        .get_module()
+        .hash
+        == STALE_HASH
+    )
+
+    again = install_modules(["clipscore"], cache)[0]
+    assert (again.status, again.removed, again.hash) == ("updated", [STALE_HASH], current.hash)
+    assert not stale.exists()
+    picked = CachedEvaluationModuleFactory(
+        "evaluate-metric--clipscore", dynamic_modules_path=dynamic
+    ).get_module()
+    assert picked.hash == current.hash
+    assert picked.module_path == _expected_module("clipscore")
+
+
+def test_unknown_metric_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown metric\(s\) \['bleu'\]"):
+        install_modules(["clipscore", "bleu"], tmp_path / "modules")
+    assert not (tmp_path / "modules").exists()
