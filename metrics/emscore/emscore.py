@@ -139,6 +139,7 @@ class Emscore(capeval.GuardedMetric, evaluate.Metric):
         batch_size=capeval.BATCH_SIZE,
         device=None,
         dtype="float32",
+        batch_padding="exclude",
     ):
         # images belong to the image modules of an evaluate.combine: accepted, unused.
         videos = self._media_for_scorer(videos, video_embeds)
@@ -150,5 +151,6 @@ class Emscore(capeval.GuardedMetric, evaluate.Metric):
             batch_size=batch_size,
             device=device,
             dtype=dtype,
+            batch_padding=batch_padding,
         )
         return scorer(predictions, references=references, videos=videos, video_embeds=video_embeds)

@@ -47,6 +47,9 @@ from capeval.validation import (
 )
 
 VIDEO, TEXT, BOTH = "EMScore(X,V)", "EMScore(X,X*)", "EMScore(X,V,X*)"
+# How padded positions enter the token/frame maxima: "exclude" (each caption's score depends only on its own
+# inputs) or "authors" (ShiYaya/emscore, emscore/utils.py: similarity 0 at a padded position of the batch).
+BATCH_PADDING = ("exclude", "authors")
 DETAIL_KEYS = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
 
 
@@ -111,6 +114,12 @@ class EMScore:
         checkpoint: PAC-S weights loaded over the backbone (the PAC-S authors' video variant).
         num_workers: threads decoding videos ahead of the model.
         progress: progress bars (``None``: only for long runs on a terminal).
+        batch_padding: ``"exclude"`` (default): padded positions never enter a maximum, so a caption's score
+            depends on its own inputs only. ``"authors"``: the authors' batch-dependent padding, for reproducing
+            their numbers exactly: pairs are matched in consecutive batches of ``batch_size`` (in the order
+            given; their default 64) and a padded token or frame counts as cosine 0, so a negative true best
+            cosine is raised to 0 when a batch neighbour is longer. Recorded in the signature when not the
+            default.
     """
 
     name = "emscore"
@@ -126,6 +135,7 @@ class EMScore:
         checkpoint: str | None = None,
         num_workers: int | None = None,
         progress: bool | None = None,
+        batch_padding: str = "exclude",
     ) -> None:
         # Every option is checked before the checkpoint or the model is read.
         options = check_options(
@@ -133,6 +143,11 @@ class EMScore:
             num_frames=num_frames, num_workers=num_workers, progress=progress,
         )  # fmt: skip
         self.num_frames = options["num_frames"]
+        if batch_padding not in BATCH_PADDING:
+            raise ValueError(
+                f"batch_padding={batch_padding!r}: choose from {', '.join(map(repr, BATCH_PADDING))}"
+            )
+        self.batch_padding = batch_padding
         self.idf = self._check_idf(idf)
         self.backbone, self.checkpoint_tag = _backbone(model, checkpoint, device, dtype)
         check_signature_text("model", self.backbone.name)
@@ -226,11 +241,18 @@ class EMScore:
         if variant != TEXT:
             options["num_frames"] = "all" if self.num_frames is None else self.num_frames
         options.update(idf=idf_name, dtype=self.backbone.dtype_name)
+        if self.batch_padding != "exclude":  # absent at the default, so existing signatures and caches hold
+            options["batch_padding"] = f"{self.batch_padding}:{self.batch_size}"
         if decoded:
             from importlib.metadata import version
 
             options["av"] = version("av")
         return options
+
+    def _matching(self) -> dict:
+        if self.batch_padding == "authors":
+            return {"chunk": self.batch_size, "authors_padding": True}
+        return {}
 
     # -- scoring -------------------------------------------------------------------------------------
     def __call__(
@@ -278,13 +300,13 @@ class EMScore:
         if references is not None:
             owner = torch.tensor([i for i, refs in enumerate(references) for _ in refs], dtype=torch.long)
             pairs = torch.stack([owner, torch.arange(n, n + len(flat_refs))], dim=1)
-            p, r, f = fine_grained_text(tokens, weights, tokens, weights, pairs)
+            p, r, f = fine_grained_text(tokens, weights, tokens, weights, pairs, **self._matching())
             cos = coarse(pooled[owner], pooled[n:])
             maxed = [best_per_candidate(v, owner, n) for v in (p, r, f, cos)]
             details[TEXT] = full_scores(*maxed)
         if frames is not None:
             pairs = torch.stack([torch.arange(n), torch.arange(n)], dim=1)
-            p, r, f = fine_grained_video(tokens, weights, frames, pairs)
+            p, r, f = fine_grained_video(tokens, weights, frames, pairs, **self._matching())
             vid = torch.stack([video_embedding(fr) for fr in frames])
             details[VIDEO] = full_scores(p, r, f, coarse(pooled[:n], vid))
         if frames is not None and references is not None:
@@ -304,4 +326,4 @@ class EMScore:
         }
 
 
-__all__ = ["EMScore", "IdfTable", "VIDEO", "TEXT", "BOTH"]
+__all__ = ["EMScore", "IdfTable", "VIDEO", "TEXT", "BOTH", "BATCH_PADDING"]

@@ -11,10 +11,16 @@ frame embeddings v_k and the video embedding = normalise(mean_k v_k).
 - full = (fine + coarse) / 2 for each of P, R, F.
 
 Differences from the authors' batched code, all where theirs depends on batch composition or fails:
-padded positions are excluded from the maxima (theirs count a padded position as similarity 0, so a
-caption's score could change with the lengths of its batch neighbours when every true cosine is
-negative); F is 0 instead of NaN when P + R = 0; a caption whose IDF weights are all 0 (e.g. a
-one-caption corpus) falls back to uniform weights instead of NaN.
+padded positions are excluded from the maxima; F is 0 instead of NaN when P + R = 0; a caption whose IDF
+weights are all 0 (e.g. a one-caption corpus) falls back to uniform weights instead of NaN.
+
+The authors' padding (``authors_padding=True``): ShiYaya/emscore ``emscore/utils.py``, ``em_cos_score`` pads
+each batch of ``batch_size`` consecutive pairs to its longest caption and its longest video
+(``pad_local_batch_stats``, ``pad_vid_local_batch_stats``: zeros), and ``refs_greedy_cos`` / ``vid_greedy_cos``
+multiply the cosines by the pair mask before ``sim.max``. A padded position is thus a similarity of exactly 0
+in every maximum, so a token's best frame is max(its true best, 0) whenever its pair's video has fewer frames
+than the longest in the batch (and likewise a frame's best token, a reference token's best candidate token):
+the score depends on which other pairs share the batch.
 """
 
 from __future__ import annotations
@@ -155,11 +161,12 @@ def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return padded, mask
 
 
-def _masked_similarity(a, a_mask, b, b_mask) -> torch.Tensor:
-    """(B, La, Lb) cosines, -inf where either position is padding."""
+def _masked_similarity(a, a_mask, b, b_mask, authors_padding: bool = False) -> torch.Tensor:
+    """(B, La, Lb) cosines; where either position is padding: -inf (excluded from maxima), or 0 as the authors'
+    ``sim * masks``."""
     sim = torch.bmm(a.float(), b.float().transpose(1, 2))
     valid = a_mask[:, :, None] & b_mask[:, None, :]
-    return sim.masked_fill(~valid, float("-inf"))
+    return sim.masked_fill(~valid, 0.0 if authors_padding else float("-inf"))
 
 
 def fine_grained_text(
@@ -169,6 +176,7 @@ def fine_grained_text(
     ref_weights: Sequence[torch.Tensor],
     pairs: torch.Tensor,
     chunk: int = PAIR_CHUNK,
+    authors_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Token-level greedy matching of candidate captions against reference captions.
 
@@ -178,6 +186,8 @@ def fine_grained_text(
         ref_tokens: per reference a (L_j, D) tensor.
         ref_weights: per reference its (L_j,) weights.
         pairs (torch.Tensor): (M, 2) long, rows (candidate index, reference index).
+        chunk: pairs matched together; with ``authors_padding`` the authors' batch (their ``batch_size``).
+        authors_padding: padded positions count as similarity 0 within each chunk, as the authors' code.
 
     Returns:
         (P, R, F): three (M,) float32 tensors.
@@ -189,7 +199,7 @@ def fine_grained_text(
         r, r_mask = _pad([ref_tokens[j] for _, j in block])
         wx = normalise_weights(_pad([cand_weights[c] for c, _ in block])[0], x_mask)
         wr = normalise_weights(_pad([ref_weights[j] for _, j in block])[0], r_mask)
-        sim = _masked_similarity(x, x_mask, r, r_mask)
+        sim = _masked_similarity(x, x_mask, r, r_mask, authors_padding)
         best_for_x = sim.max(dim=2).values.masked_fill(~x_mask, 0.0)
         best_for_r = sim.max(dim=1).values.masked_fill(~r_mask, 0.0)
         out_p.append((best_for_x * wx).sum(dim=1))
@@ -205,6 +215,7 @@ def fine_grained_video(
     frames: Sequence[torch.Tensor],
     pairs: torch.Tensor,
     chunk: int = PAIR_CHUNK,
+    authors_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy matching of caption tokens against video frames.
 
@@ -216,6 +227,8 @@ def fine_grained_video(
         cand_weights: per candidate (L_i,) unnormalised weights.
         frames: per video (K_v, D), L2-normalised frame embeddings.
         pairs (torch.Tensor): (M, 2) long, rows (candidate index, video index).
+        chunk: pairs matched together; with ``authors_padding`` the authors' batch (their ``batch_size``).
+        authors_padding: padded positions count as similarity 0 within each chunk, as the authors' code.
 
     Returns:
         (P, R, F): three (M,) float32 tensors.
@@ -226,7 +239,7 @@ def fine_grained_video(
         x, x_mask = _pad([cand_tokens[c] for c, _ in block])
         v, v_mask = _pad([frames[k] for _, k in block])
         wx = normalise_weights(_pad([cand_weights[c] for c, _ in block])[0], x_mask)
-        sim = _masked_similarity(x, x_mask, v, v_mask)
+        sim = _masked_similarity(x, x_mask, v, v_mask, authors_padding)
         best_for_x = sim.max(dim=2).values.masked_fill(~x_mask, 0.0)
         best_for_v = sim.max(dim=1).values.masked_fill(~v_mask, 0.0)
         out_p.append((best_for_x * wx).sum(dim=1))

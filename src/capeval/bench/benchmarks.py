@@ -61,7 +61,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             _rating_settings,
             _eval_rating,
             [("kendall_b", "τb"), ("kendall_c", "τc")],
-            "Hessel et al. 2021, Table 1; Sarto et al. 2023, Table 1",
+            "Hessel et al. 2021, Table 2; Sarto et al. 2023, Table 1",
             [
                 "rating: fraction of 'yes'; each judged caption removed from its image's references",
                 "the published values used the full CrowdFlower file (about 47,830 rows): a partial copy gives "
@@ -76,7 +76,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             _rating_settings,
             _eval_rating,
             TAU,
-            "Hessel et al. 2021, Table 2; Sarto et al. 2023, Table 1",
+            "Hessel et al. 2021, Table 3; Sarto et al. 2023, Table 2",
             ["the rated human caption is removed from its image's references (harder setting)"],
         ),
         Benchmark(
@@ -87,7 +87,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             _pair_settings,
             _eval_pairs(["HC", "HI", "HM", "MM"]),
             [("HC", "HC"), ("HI", "HI"), ("HM", "HM"), ("MM", "MM"), ("mean", "Mean")],
-            "Hessel et al. 2021, Table 3; Sarto et al. 2023, Table 2",
+            "Hessel et al. 2021, Table 4; Sarto et al. 2023, Table 4",
             [
                 "accuracy (%) against the 48-judgment consensus label; 5 references drawn at random, mean of 5 draws",
                 "a metric tie counts as half a correct answer",
@@ -102,7 +102,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             _pair_settings,
             _eval_pairs(["abstract"]),
             [("abstract", "accuracy")],
-            "Vedantam et al. 2015",
+            "Vedantam et al. 2015; Sarto et al. 2023, Table 5",
             ["needs the human votes, which the public files lack (--abstract-votes)"],
             kind="pairwise",
         ),
@@ -114,7 +114,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             _foil_settings,
             _eval_foil,
             [("acc_1ref", "1 ref"), ("acc_4ref", "4 refs")],
-            "Hessel et al. 2021, Table 5; Sarto et al. 2023, Table 3",
+            "Hessel et al. 2021, Table 5; Sarto et al. 2023, Table 6",
             ["accuracy (%) of the correct caption over its foil"],
             kind="pairwise",
         ),
@@ -133,7 +133,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                 ("kendall_9ref", "9 refs τb"),
                 ("spearman_9ref", "9 refs ρ"),
             ],
-            "Shi et al. 2022, Table 2",
+            "Shi et al. 2022, Table 2; Sarto et al. 2023, Table 3",
             ["Kendall τb and Spearman ρ per annotator, averaged over the 3 annotators; first n references"],
             kind="vatex",
         ),

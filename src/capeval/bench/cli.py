@@ -213,7 +213,8 @@ def _cmd_published(args: argparse.Namespace) -> int:
             f"no published values recorded for {args.benchmark or 'any benchmark'} in capeval/bench/published.json"
         )
     for p in rows:
-        print(f"{p.benchmark:16} {p.column:12} {p.metric:13} {p.value:8.3f}  [{p.source}]")
+        setting = f"  setting: {p.setting_label()}" if p.setting else ""
+        print(f"{p.benchmark:16} {p.column:12} {p.metric:13} {p.value:8.3f}  [{p.source}: {p.row}]{setting}")
     for key in sorted({p.source for p in rows}):
         print(f"  {key}: {src[key]}")
     return 0

@@ -17,7 +17,7 @@ import numpy as np
 
 from capeval.bench.metrics import display_name
 from capeval.bench.plots import plot_run
-from capeval.bench.published import published_value, published_values, sources
+from capeval.bench.published import published_elsewhere, published_value, published_values, sources
 from capeval.bench.runner import BenchmarkRun
 
 
@@ -44,23 +44,52 @@ def markdown_table(run: BenchmarkRun, digits: int = 1) -> str:
             continue
         cells = []
         for col, _ in bench.columns:
-            pub = published_value(bench.name, key, col)
-            cells.append(format_cell(outcome.values.get(col), pub.value if pub else None, digits))
+            pub = published_value(bench.name, key, col, outcome.signature)
+            cell = format_cell(outcome.values.get(col), pub.value if pub else None, digits)
+            # A paper in another setting (word2vec vs GloVe-6B-50d): its value beside ours, setting named, no diff.
+            for other in published_elsewhere(bench.name, key, col, outcome.signature):
+                cell += f"; paper [{other.setting_label()}]: {other.value:.{digits}f}"
+            cells.append(cell)
         lines.append(f"| {outcome.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def other_setting_notes(run: BenchmarkRun) -> list[str]:
+    """Published numbers of the metrics that ran, in a setting or a column this table lacks, so a reader sees
+    the paper's value next to ours with the difference in setting named (``ours`` = the run's signature)."""
+    columns = {c for c, _ in run.benchmark.columns}
+    notes = []
+    for key, outcome in run.outcomes.items():
+        if outcome.skipped:
+            continue
+        for p in published_values(run.benchmark.name, key):
+            if p.column in columns:
+                continue  # beside ours in its cell
+            ours = outcome.values.get(p.column)
+            ours_text = f"ours {ours:.1f}" if ours is not None else "no column of ours to compare"
+            setting = p.setting_label() or "capeval's default"
+            notes.append(
+                f"{outcome.name}: published {p.printed} ({p.row}, {p.printed_column}; setting {setting}; "
+                f"`{p.source}`), {ours_text}"
+            )
+    return notes
 
 
 def _published_only_rows(run: BenchmarkRun, digits: int) -> list[str]:
     """Published numbers of metrics that did not run here, so the paper's table is complete for comparison."""
     ran = {k for k, o in run.outcomes.items() if not o.skipped}
-    by_metric: dict[str, dict[str, float]] = {}
+    by_row: dict[tuple[str, str], dict[str, float]] = {}
     for p in published_values(run.benchmark.name):
         if p.metric not in ran:
-            by_metric.setdefault(p.metric, {})[p.column] = p.value
+            by_row.setdefault((p.metric, p.setting_label()), {})[p.column] = p.value
     rows = []
-    for metric, cols in by_metric.items():
-        cells = [f"({cols[c]:.{digits}f})" if c in cols else "" for c, _ in run.benchmark.columns]
-        rows.append(f"| {display_name(metric)} (published only) | " + " | ".join(cells) + " |")
+    columns = [c for c, _ in run.benchmark.columns]
+    for (metric, setting), cols in by_row.items():
+        if not any(c in cols for c in columns):
+            continue
+        cells = [f"({cols[c]:.{digits}f})" if c in cols else "" for c in columns]
+        label = f"{display_name(metric)} (published only" + (f"; {setting})" if setting else ")")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -107,13 +136,15 @@ def write_report(
         lines += [table, *extra, ""]
         for note in bench.notes:
             lines.append(f"- {note}")
+        for note in other_setting_notes(run):
+            lines.append(f"- {note}")
         for key, o in run.outcomes.items():
             if o.skipped:
                 lines.append(f"- **{o.name} skipped**: {o.skipped}")
             for note in o.notes:
                 lines.append(f"- {o.name}: {note}")
             for col, _ in bench.columns:
-                p = published_value(bench.name, key, col)
+                p = published_value(bench.name, key, col, o.signature)
                 if p is not None:
                     cited.add(p.source)
         cited.update(p.source for p in published_values(bench.name))
@@ -148,8 +179,13 @@ def write_report(
                         "published": {
                             c: p.value
                             for c, _ in bench.columns
-                            if (p := published_value(bench.name, k, c)) is not None
+                            if (p := published_value(bench.name, k, c, o.signature)) is not None
                         },
+                        "published_other_settings": [
+                            {"column": p.column, "value": p.value, "setting": p.setting, "source": p.source}
+                            for p in published_values(bench.name, k)
+                            if p.setting and not p.matches(o.signature)
+                        ],
                         "signature": o.signature,
                         "skipped": o.skipped,
                         "notes": o.notes,
