@@ -51,6 +51,9 @@ Args:
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".
+    batch_padding (`str`): "exclude" (default): padded frames and tokens never enter a maximum, so a score
+        does not depend on its batch; "authors": the authors' batches of `batch_size` pairs in input order,
+        padding counted as cosine 0, to reproduce their numbers exactly (recorded in the signature).
     Every option can also be given when loading, `evaluate.load("metrics/emscore", model=...)`, and is then used
     by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
     (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.

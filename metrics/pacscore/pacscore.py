@@ -46,6 +46,8 @@ Args:
         "laion/CLIP-ViT-L-14-laion2B-s32B-b82K" for ViT-L/14); a converted folder is a whole model already.
     prefix (`str`): prompt joined before every caption and reference. Defaults to "A photo depicts".
     w (`float`): rescaling weight. Defaults to 2.0.
+    clip_reference_cosine (`bool`): clip RefPAC-S's best-reference cosine at 0 (eq. 5-6 of Sarto et al.);
+        False (default) keeps it unclipped, as the authors' code does.
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
     dtype (`str`): "float32" (default), "float16" or "bfloat16".

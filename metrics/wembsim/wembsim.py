@@ -37,12 +37,14 @@ Args:
     stopwords (`str` or `list` of `str`): "coco" (NLTK's English list as the COCO toolkit ships it,
         default), "none", or your own words.
     normalize_vectors (`bool`): average unit-length word vectors. Defaults to False (raw vectors).
+    absolute_cosine (`bool`): |cos| of the mean vectors, as eq. 2 of Sharif et al. (default); False keeps the
+        signed cosine (recorded in the signature).
     Every option can also be given when loading, `evaluate.load("metrics/wembsim", vectors=...)`, and is then used
     by every `compute` (an option given to `compute` wins); the inputs of the other capeval modules
     (`references`, `images`, `videos`, ...) are accepted and ignored, so `evaluate.combine` works.
 Returns:
     wembsim (`float`): mean score over the predictions.
-    scores (`list` of `float`): per prediction, the combined cosine in [-1, 1].
+    scores (`list` of `float`): per prediction, the combined cosine in [0, 1] ([-1, 1] with absolute_cosine=False).
     reference_scores (`list` of `list`): per prediction, the cosine with each reference (None for a
         reference without in-vocabulary words, which is left out).
     signature (`str`): vectors, options and library versions.
@@ -53,6 +55,8 @@ Examples:
     ...     predictions=["A dog runs on the grass.", "A man rides a bike."],
     ...     references=[["A dog is running on grass.", "A puppy plays outside."], ["A cat sleeps on a sofa."]],
     ... )
+    >>> # The packaged GloVe-6B-50d values; tests/test_wembsim.py checks this computation against gensim's
+    >>> # n_similarity on the same tokens.
     >>> [round(s, 3) for s in results["scores"]]
     [0.879, 0.575]
     >>> sorted(results)

@@ -63,6 +63,8 @@ Examples:
     ...     predictions=["A dog runs on the grass.", "A man rides a bike."],
     ...     references=[["A dog is running on grass.", "A puppy plays outside."], ["A cat sleeps on a sofa."]],
     ... )
+    >>> # The packaged GloVe-6B-50d values; tests/test_wmd.py checks this computation against gensim's
+    >>> # wmdistance on the same tokens.
     >>> [round(s, 3) for s in results["scores"]]
     [0.336, 0.007]
     >>> results["scores"][0] > results["scores"][1]

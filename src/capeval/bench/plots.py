@@ -136,7 +136,10 @@ def figure_data(
         lowest = CHANCE
         for k in keys:
             vals = [float(run.outcomes[k].values.get(c, np.nan)) for c in cols]
-            pubs = [(p.value if (p := published_value(bench.name, k, c)) else np.nan) for c in cols]
+            sig = (
+                run.outcomes[k].signature or None
+            )  # a paper's figure is drawn only beside a run in its setting
+            pubs = [(p.value if (p := published_value(bench.name, k, c, sig)) else np.nan) for c in cols]
             data.accuracy[names[k]] = vals
             data.published_accuracy[names[k]] = pubs
             finite = [v for v in vals + pubs if np.isfinite(v)]
@@ -161,7 +164,7 @@ def figure_data(
         data.measure, data.measure_label = measure, label
         data.intervals = dict(intervals) if intervals is not None else _intervals(run, keys, n_resamples)
         for k in keys:
-            p = published_value(bench.name, k, measure)
+            p = published_value(bench.name, k, measure, run.outcomes[k].signature or None)
             if p is not None:
                 data.published[names[k]] = p.value
     return data
