@@ -240,6 +240,7 @@ def test_results_of_different_metrics_are_refused():
         ({"method": "t-test"}, "method must be one of permutation, bootstrap"),
         ({"n_resamples": 0}, "n_resamples must be a positive integer"),
         ({"confidence": 95}, r"confidence must be in \(0, 1\)"),
+        ({"names": ("only one",)}, "names must be two names"),
     ],
 )
 def test_bad_options_are_refused(options, message):

@@ -254,6 +254,8 @@ def compare(
         TypeError: a score that is not a number.
     """
     _check_options(method, n_resamples, confidence)
+    if isinstance(names, str) or len(names) != 2:
+        raise ValueError(f"names must be two names (system a, system b), got {names!r}")
     name_a, name_b = (str(x) for x in names)
     a = _as_scores(scores_a, name_a)
     b = _as_scores(scores_b, name_b)
