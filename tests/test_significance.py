@@ -78,6 +78,19 @@ def test_random_permutation_p_value_agrees_with_scipys_two_sided_test_within_mon
     assert result.p_value == pytest.approx(reference.pvalue, abs=0.012)
 
 
+def test_random_sign_flips_estimate_the_enumerated_p_value():
+    # 14 items: 2^14 = 16,384 assignments > 10,000 draws, so the draws are random; full enumeration is the truth.
+    rng = np.random.default_rng(21)
+    a = rng.random(14)
+    b = a - 0.03 + rng.normal(0, 0.1, 14)
+    result = compare(a, b)
+    assert not result.exact
+    truth = _enumerated_p(a - b)
+    assert 0.05 < truth < 0.95
+    # Binomial SD of a 10,000-draw estimate is at most 0.005.
+    assert result.p_value == pytest.approx(truth, abs=0.02)
+
+
 def test_random_permutation_p_value_counts_the_observed_assignment():
     # Every one of 2^40 assignments but the observed pair is far weaker, so no draw reaches |delta|:
     # p = (0 + 1) / (n_resamples + 1).
@@ -116,6 +129,17 @@ def test_bootstrap_p_value_follows_sacrebleus_centred_definition():
     assert (result.ci_low, result.ci_high) == pytest.approx(tuple(boot.confidence_interval))
 
 
+def test_bootstrap_p_value_of_equal_means_is_near_0_42_as_sacrebleus_definition_implies():
+    # d symmetric about 0 (each value with its negative): delta = 0, the resampled deltas are ~ N(0, s^2), and
+    # p = P(|Z| - E|Z| >= 0) = 2 (1 - Phi(sqrt(2 / pi))) = 0.425, not 1; the permutation p-value is 1.
+    half = np.random.default_rng(8).normal(0, 0.1, 100)
+    a = np.concatenate([half, -half])
+    b = np.zeros(200)
+    expected = 2 * stats.norm.sf(np.sqrt(2 / np.pi))
+    assert compare(a, b, method="bootstrap", n_resamples=5000).p_value == pytest.approx(expected, abs=0.03)
+    assert compare(a, b, n_resamples=2000).p_value == 1.0
+
+
 def test_bootstrap_interval_covers_the_true_difference_at_about_the_nominal_rate():
     # 300 simulated pairs of systems whose true difference is 0.03; the 95% interval should cover it in about
     # 95% of them (percentile intervals run slightly short at n = 60; 3 binomial SDs below is 0.91).
@@ -139,6 +163,16 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another_draw(metho
     assert compare(a, b, method=method, n_resamples=500, seed=42) == first
     other = compare(a, b, method=method, n_resamples=500, seed=43)
     assert (other.p_value, other.ci_low) != (first.p_value, first.ci_low)
+
+
+def test_the_interval_does_not_depend_on_the_test_asked_for():
+    rng = np.random.default_rng(10)
+    a = rng.random(300)
+    b = a - 0.01 + rng.normal(0, 0.1, 300)
+    permutation = compare(a, b, n_resamples=800, seed=5)
+    bootstrap = compare(a, b, method="bootstrap", n_resamples=800, seed=5)
+    assert (permutation.ci_low, permutation.ci_high) == (bootstrap.ci_low, bootstrap.ci_high)
+    assert permutation.p_value != bootstrap.p_value
 
 
 def test_a_metric_result_dict_gives_its_scores_and_its_name():
@@ -206,6 +240,7 @@ def test_results_of_different_metrics_are_refused():
         ({"method": "t-test"}, "method must be one of permutation, bootstrap"),
         ({"n_resamples": 0}, "n_resamples must be a positive integer"),
         ({"confidence": 95}, r"confidence must be in \(0, 1\)"),
+        ({"names": ("only one",)}, "names must be two names"),
     ],
 )
 def test_bad_options_are_refused(options, message):
