@@ -249,8 +249,11 @@ def test_a_damaged_cache_blob_is_dropped_and_encoded_again_never_scored(item10_r
     shutil.copy(reference / "embeddings.sqlite", cache)
     change, problem = ITEM10_BLOBS[damage]
     keys = _item10_damage_cache(cache, change)
+    # One warning per cache lookup that met damage: the two entries may share a lookup or not, depending on how
+    # the run's items fell into lookups; every key is named either way, and both are counted.
     with pytest.warns(
-        UserWarning, match=f"{re.escape(str(cache))}: 1 damaged cache entry deleted and encoded again \\(key "
+        UserWarning,
+        match=f"{re.escape(str(cache))}: [12] damaged cache entr(y|ies) deleted and encoded again \\(key ",
     ) as caught:
         result = score_corpus(corpus, tmp_path / "out", cache=cache, **options)
     said = " ".join(str(w.message) for w in caught)
