@@ -168,7 +168,7 @@ def run_benchmark(
             dataset = bench.load(where, options)
         except FileNotFoundError as e:
             run.skipped = str(e)
-            logger.warning("%s skipped: %s", bench.title, e)
+            logger.info("%s skipped: %s", bench.title, e)  # recorded in run.skipped, which callers report
             return run
     run.dataset = dataset
     run.settings = bench.settings(dataset, options)
@@ -221,7 +221,8 @@ def run_benchmark(
                     if strict:
                         raise
                     outcome.skipped = f"failed: {type(e).__name__}: {e}"
-                    logger.exception("%s on %s failed", m.name, bench.title)
+                    # The reason is recorded in the outcome; the traceback only when debugging is asked for.
+                    logger.debug("%s on %s failed", m.name, bench.title, exc_info=True)
                     break
                 per_setting[setting.name] = scores if m.higher_is_better else -scores
                 bar.update(1)
