@@ -11,9 +11,9 @@ Wiring (in ``capeval.cli``)::
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 DEFAULT_METRICS = ["baselines", "length", "text", "image"]
@@ -132,9 +132,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from capeval.bench.run_plan import RunRefused, plan_run
     from capeval.bench.runner import BenchmarkRun, MetricOutcome, run_benchmark
 
-    if args.debug or os.environ.get("CAPEVAL_DEBUG"):
-        logging.basicConfig(format="%(name)s: %(message)s")
-        logging.getLogger("capeval.bench").setLevel(logging.DEBUG)
+    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
     options = {
         "image_root": args.image_root,
         "video_root": args.video_root,
@@ -190,6 +188,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             continue
         for o in run.outcomes.values():
             if o.skipped and (b.name, o.key) not in plan.skipped:
+                if debug and o.error is not None:
+                    traceback.print_exception(o.error, file=sys.stderr)
                 print(f"[bench] {b.title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
         if any(not o.skipped for o in run.outcomes.values()):
             print(f"\n{b.title}\n{markdown_table(run)}\n")

@@ -38,6 +38,7 @@ class MetricOutcome:
     computed: int = 0
     cached: int = 0
     seconds: float = 0.0
+    error: BaseException | None = field(default=None, repr=False)  # what made it fail, for --debug
 
 
 @dataclass
@@ -221,6 +222,7 @@ def run_benchmark(
                     if strict:
                         raise
                     outcome.skipped = f"failed: {type(e).__name__}: {e}"
+                    outcome.error = e
                     # The reason is recorded in the outcome; the traceback only when debugging is asked for.
                     logger.debug("%s on %s failed", m.name, bench.title, exc_info=True)
                     break
