@@ -275,7 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_bench_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(["bench", *argv])
-    return run(args)
+    from capeval.diagnostics.run_warnings import summarised_warnings
+
+    with summarised_warnings(one_line=True):  # each kind of warning once, at the end of the run
+        return run(args)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from capeval.bench.benchmark_types import Benchmark, Setting, Unit
 from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.cache import ScoreCache, unit_key
 from capeval.bench.metrics import BenchMetric, resolve_metric
+from capeval.diagnostics.run_warnings import summarised_warnings
 
 logger = logging.getLogger("capeval.bench")
 
@@ -132,6 +133,7 @@ def score_setting(
     return np.array([known[k] for k in keys], dtype=np.float64)
 
 
+@summarised_warnings()  # a metric warns once per setting: its warnings come once per benchmark run
 def run_benchmark(
     benchmark: str | Benchmark,
     metrics: Sequence,
