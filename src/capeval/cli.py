@@ -278,8 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from capeval.diagnostics.run_warnings import summarised_warnings
+
     try:
-        return args.func(args)
+        with summarised_warnings(one_line=True):  # each kind of warning once, at the end of the command
+            return args.func(args)
     except (ValueError, TypeError, OSError) as err:
         if os.environ.get("CAPEVAL_DEBUG"):
             raise

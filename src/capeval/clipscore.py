@@ -6,7 +6,6 @@ module, the CLI, the Spaces and the Trainer hooks are thin layers over these two
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Sequence
 
@@ -19,6 +18,7 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
 from capeval.clip.tokenization import PREFIX
+from capeval.diagnostics.categories import HarmonicMeanWarning, user_stacklevel
 from capeval.scores import (
     NEAR_ZERO_DENOMINATOR,
     W_CLIP_S,
@@ -168,14 +168,6 @@ class CLIPScore:
         return {self.name: float(per.mean()), "scores": per.tolist(), "signature": self.signature}
 
 
-def _user_stacklevel() -> int:
-    """``stacklevel`` for a ``warnings.warn`` in the caller that points at the first frame outside capeval."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("capeval."):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 class RefCLIPScore(CLIPScore):
     """RefCLIP-S: harmonic mean of CLIP-S and the best-reference cosine (Hessel et al. 2021, eq. 2).
 
@@ -216,7 +208,8 @@ class RefCLIPScore(CLIPScore):
             f"{ref}: {plain} + best-reference cosine is near zero for {len(items)} item(s) (|sum| < "
             f"{NEAR_ZERO_DENOMINATOR:g} x (|{plain}| + |cosine|)), where the authors' harmonic mean 2ab/(a+b) "
             f"leaves the range of its terms: {shown}{more}{fix}",
-            stacklevel=_user_stacklevel(),
+            HarmonicMeanWarning,
+            stacklevel=user_stacklevel(),
         )
 
     def __call__(

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 import numpy as np
 
+from capeval.diagnostics.categories import EmptyCaptionWarning, user_stacklevel
+
 # Unicode's Default_Ignorable_Code_Point characters outside the format controls (Cf): fillers, variation
 # selectors and the code points reserved as ignorable, which render as nothing (DerivedCoreProperties.txt, 15.1).
 _IGNORABLE = frozenset(
@@ -143,16 +145,35 @@ def check_same_length(name: str, items, n: int) -> None:
         raise ValueError(f"got {len(items)} {name} for {n} predictions")
 
 
-def warn_empty(kind: str, indices: Iterable[int], consequence: str) -> None:
-    """Report captions left without any in-vocabulary word (nothing is dropped silently)."""
+def warn_empty(kind: str, indices: Iterable, consequence: str, texts: Sequence[str] = ()) -> None:
+    """Report captions left without any in-vocabulary word (nothing is dropped silently), as an
+    ``EmptyCaptionWarning`` pointing at the caller's line.
+
+    Args:
+        kind: ``"predictions"`` or ``"references"``.
+        indices: prediction indices, or (prediction, reference) pairs.
+        consequence: what happens to them.
+        texts: the captions themselves, in the order of ``indices`` (the first is quoted; a run's summary counts
+            each distinct text once).
+    """
     indices = list(indices)
     if indices:
         shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
-        label = "(prediction, reference)" if isinstance(indices[0], tuple) else "index"
+        pair = isinstance(indices[0], tuple)
+        label = "(prediction, reference)" if pair else "index"
+        first = f"prediction {indices[0][0]}, reference {indices[0][1]}" if pair else f"index {indices[0]}"
+        quoted = f"; first: {texts[0]!r}" if texts else ""
+        what = f"{kind} have no in-vocabulary word after stopword removal"
         warnings.warn(
-            f"{len(indices)} {kind} have no in-vocabulary word after stopword removal ({label} {shown}): "
-            f"{consequence}",
-            stacklevel=3,
+            EmptyCaptionWarning(
+                f"{len(indices)} {what} ({label} {shown}{quoted}): {consequence}",
+                what=what,
+                items=texts,
+                first=first,
+                consequence=consequence,
+                count=len(indices),
+            ),
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -111,8 +111,14 @@ class WEmbSim:
             centroids, batch.candidate_doc, batch.reference_doc, batch.owner, absolute=self.absolute_cosine
         )
         scores = reduce_over_references(cosines, batch.owner, len(predictions), self.reduction)
-        warn_empty("predictions", batch.empty_candidates(), "score 0")
-        warn_empty("references", batch.empty_references(), "left out of their caption's combination")
+        empty, empty_refs = batch.empty_candidates(), batch.empty_references()
+        warn_empty("predictions", empty, "their WEmbSim score is 0", [predictions[i] for i in empty])
+        warn_empty(
+            "references",
+            empty_refs,
+            "WEmbSim leaves them out of their caption's combination",
+            [references[i][k] for i, k in empty_refs],
+        )
         per_ref = [None if not np.isfinite(c) else float(c) for c in cosines]
         split = np.cumsum([len(refs) for refs in references])[:-1]
         return {

@@ -119,8 +119,16 @@ class WMD:
             num_workers=self.num_workers,
         )
         self.last_stats = result
-        warn_empty("predictions", batch.empty_candidates(), "score 0, distance inf")
-        warn_empty("references", batch.empty_references(), "they cannot be the best reference")
+        empty, empty_refs = batch.empty_candidates(), batch.empty_references()
+        warn_empty(
+            "predictions", empty, "their WMD score is 0 (distance inf)", [predictions[i] for i in empty]
+        )
+        warn_empty(
+            "references",
+            empty_refs,
+            "WMD cannot pick them as the best reference",
+            [references[i][k] for i, k in empty_refs],
+        )
         distances = result.distances
         scores = np.exp(-distances / self.sigma)  # exp(-inf) = 0: no NaN, no inf in the mean
         return {

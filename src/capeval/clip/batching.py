@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from capeval.diagnostics.categories import BatchSizeWarning, user_stacklevel
+
 BATCH_SIZE = 64  # default encoder batch; halved automatically on GPU out-of-memory
 
 
@@ -55,7 +57,11 @@ def run_with_backoff(
                 raise
             _free_device_memory(device)
             size.value = max(1, size.value // 2)
-            warnings.warn(f"out of memory encoding {what}: batch size lowered to {size.value}", stacklevel=2)
+            warnings.warn(
+                f"out of memory encoding {what}: batch size lowered to {size.value}",
+                BatchSizeWarning,
+                stacklevel=user_stacklevel(),
+            )
             continue
         yield chunk, out
         start += len(chunk)

@@ -32,6 +32,7 @@ from capeval.clip.batching import (
     unique_indices,
 )
 from capeval.clip.tokenization import tokenize_captions, with_prefix
+from capeval.diagnostics.categories import TruncationWarning, user_stacklevel
 
 FIRST_WINDOW = 1024  # distinct captions tokenised before the first forward pass
 WINDOW = 4096  # middle windows: at least 4 batches, so sorting within a window pads little more than one sort
@@ -109,12 +110,16 @@ class CaptionIds:
         """For every input caption, the position of its id sequence in ``ids`` (after every window was added)."""
         return [self._string_to_id[j] for j in self._string_inverse]
 
-    def warn_truncated(self, stacklevel: int) -> None:
+    def warn_truncated(self) -> None:
+        """A ``TruncationWarning`` counting the captions cut to the context length, at the caller's line."""
         if self.n_truncated:
+            what = (
+                f"caption(s) longer than {self._backbone.context_length} tokens were truncated (end-of-text kept, "
+                "as clip.tokenize(truncate=True) does)"
+            )
             warnings.warn(
-                f"{self.n_truncated} caption(s) longer than {self._backbone.context_length} tokens were "
-                "truncated (end-of-text kept, as clip.tokenize(truncate=True) does)",
-                stacklevel=stacklevel + 1,
+                TruncationWarning(f"{self.n_truncated} {what}", what=what, count=self.n_truncated),
+                stacklevel=user_stacklevel(),
             )
 
 
@@ -129,7 +134,7 @@ def tokenize_unique(
     everything = range(len(captions.strings))
     with gc_paused():
         captions.add(everything, captions.tokenize(everything))
-    captions.warn_truncated(stacklevel=2)
+    captions.warn_truncated()
     return captions.ids, captions.inverse
 
 
@@ -240,7 +245,7 @@ def _encode_all(backbone: Backbone, texts: Sequence[str], prefix, batch_size, pr
         batches = length_batches(captions, batch_size, background=background)
         positions, emb, toks = encode_batches(backbone, captions.ids, batches, batch_size, want_tokens, bar)
         bar.update(bar.total - bar.n)  # strings that shared another string's ids
-    captions.warn_truncated(stacklevel=4)
+    captions.warn_truncated()
     pooled = torch.empty(len(captions.ids), backbone.embed_dim)
     pooled[torch.tensor(positions, dtype=torch.long)] = emb
     tokens: list = [None] * len(captions.ids)

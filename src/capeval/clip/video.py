@@ -31,6 +31,7 @@ from capeval.clip.images import (
     resize_and_crop,
     tensor_pixels,
 )
+from capeval.diagnostics.categories import DamagedVideoWarning, user_stacklevel
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
 
@@ -259,7 +260,8 @@ def _check_count(n: int, announced: int, index: int, label: str) -> None:
         warnings.warn(
             f"video {index}{label}: its header announces {announced} frames but only {n} decoded "
             "(the file may be damaged); scoring the decoded frames",
-            stacklevel=4,
+            DamagedVideoWarning,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -172,7 +172,7 @@ def sharded_encode_texts(
     captions = CaptionIds(backbone, texts, prefix)
     with gc_paused():
         batches = list(length_batches(captions, batch_size))
-    captions.warn_truncated(stacklevel=2)
+    captions.warn_truncated()
     mine = batches[state.process_index :: state.num_processes]
     out = torch.zeros(len(captions.ids), backbone.embed_dim)
     if mine:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from capeval.clip.backbones import Backbone
+from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vec BLOB, error TEXT) WITHOUT ROWID",
@@ -310,8 +311,8 @@ class EmbeddingCache:
         warnings.warn(
             f"{self.path}: {n} damaged cache entr{'y' if n == 1 else 'ies'} deleted and encoded again "
             f"({'; '.join(listed)}{more})",
-            UserWarning,
-            stacklevel=4,
+            DamagedFileWarning,
+            stacklevel=user_stacklevel(),
         )
 
     def put_many(

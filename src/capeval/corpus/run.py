@@ -62,6 +62,8 @@ from capeval.corpus.outputs import (
     write_part,
 )
 from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
+from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
+from capeval.diagnostics.run_warnings import summarised_warnings
 from capeval.registry import build_scorer, call_inputs
 
 __all__ = [
@@ -153,6 +155,7 @@ class CorpusResult:
     summary: dict
 
 
+@summarised_warnings()  # one warning per kind for the whole corpus, not one per chunk
 def score_corpus(
     source: Any,
     output_dir: str | os.PathLike,
@@ -261,7 +264,9 @@ def score_corpus(
             except DamagedPartError as err:
                 counters.parts_rescored += 1
                 warnings.warn(
-                    f"{err.path} is damaged ({err.problem}): scoring part {part} again", stacklevel=2
+                    f"{err.path} is damaged ({err.problem}): scoring part {part} again",
+                    DamagedFileWarning,
+                    stacklevel=user_stacklevel(),
                 )
                 return True
             return False

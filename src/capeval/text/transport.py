@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from capeval.diagnostics.categories import TransportWarning, user_stacklevel
 from capeval.text.documents import Documents
 
 MAX_ITER = 100_000  # POT ot.emd2 default numItermax
@@ -59,7 +60,11 @@ def _emd_solver():
         def solve(a: np.ndarray, b: np.ndarray, cost: np.ndarray) -> float:
             result = emd_c(a, b, cost, MAX_ITER, 1)
             if result[4] != 1:
-                warnings.warn(f"POT network simplex ended with code {result[4]} (not optimal)", stacklevel=3)
+                warnings.warn(
+                    f"POT network simplex ended with code {result[4]} (not optimal)",
+                    TransportWarning,
+                    stacklevel=user_stacklevel(),
+                )
             return float(result[1])
 
     except ImportError:  # a POT whose private layout moved: the public, slower entry point

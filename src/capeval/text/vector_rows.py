@@ -17,21 +17,14 @@ GloVe-6B-50d (400,000 x 50) once its pages are cached, about 6 GB/s after that.
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import numpy as np
 
+from capeval.diagnostics.categories import ZeroVectorWarning, user_stacklevel
+
 _CHUNK_VALUES = 1 << 22  # values per chunk (16 MiB of float32): bounds the scan's temporary memory
 _SHOWN = 10  # words named in a message
-
-
-def user_stacklevel() -> int:
-    """``stacklevel`` for a ``warnings.warn`` in the caller that points at the first frame outside capeval."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("capeval."):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _scan(matrix, rows_of: str, where: str, label) -> np.ndarray:
@@ -117,9 +110,14 @@ def warn_zero_rows(vectors_tag: str, zero_words: frozenset[str], metric: str) ->
         return
     shown = ", ".join(repr(w) for w in sorted(zero_words)[:_SHOWN])
     more = f" and {len(zero_words) - _SHOWN} more" if len(zero_words) > _SHOWN else ""
+    what = f"word(s) of vectors {vectors_tag} have an all-zero vector, which has no direction"
+    consequence = "they are treated as out of vocabulary (dropped from captions, as unknown words are)"
     warnings.warn(
-        f"{metric}: {len(zero_words)} word(s) of vectors {vectors_tag} have an all-zero vector, which has no "
-        f"direction; they are treated as out of vocabulary (dropped from captions, as unknown words are): "
-        f"{shown}{more}",
+        ZeroVectorWarning(
+            f"{metric}: {len(zero_words)} {what}; {consequence}: {shown}{more}",
+            what=what,
+            items=sorted(zero_words),
+            consequence=consequence,
+        ),
         stacklevel=user_stacklevel(),
     )

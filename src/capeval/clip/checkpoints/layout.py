@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from capeval.diagnostics.categories import CheckpointWarning, user_stacklevel
+
 HEAD_WIDTH = 64  # clip/model.py build_model and OpenCLIP's CLIPVisionCfg: heads = width // 64
 # Which transformers model each published PAC-S checkpoint was fine-tuned from (Sarto et al. 2023, README:
 # clip_ViT-B-32.pth on OpenAI ViT-B/32; openClip_ViT-L-14.pth on OpenCLIP ViT-L-14 laion2b_s32b_b82k).
@@ -50,10 +52,6 @@ _TOP_LEVEL = {
     "visual.ln_post.bias": ("vision_model.post_layernorm.bias", False),
     "visual.proj": ("visual_projection.weight", True),
 }
-
-
-class CheckpointWarning(UserWarning):
-    """A checkpoint loaded, but something about it suggests the scores may not be what was meant."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +299,7 @@ def _warn_if_suspicious(model, sd: Mapping[str, torch.Tensor], what: str) -> Non
         warnings.warn(
             f"{what} has exactly the projections the model already had: scores will equal plain CLIP-S",
             CheckpointWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     encoders = (
         "vision_model.embeddings.patch_embedding.weight",
@@ -314,5 +312,5 @@ def _warn_if_suspicious(model, sd: Mapping[str, torch.Tensor], what: str) -> Non
             "projections of its base model, so this model is probably not that base; its config is used as is "
             f"(activation {act!r}: OpenAI CLIPs use quick_gelu, OpenCLIP ViT-L-14 uses gelu)",
             CheckpointWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )

@@ -1,0 +1,208 @@
+"""``capeval bench``'s honesty: a run that cannot score anything says why in one line, exits non-zero and writes no
+report; options, data folders and metrics are checked before anything loads; ``list`` shows every metric the runner
+accepts. (Successful runs, the report and the cache are in test_bench_runner.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capeval.bench.benchmarks import BENCHMARKS
+from capeval.bench.cli import main
+from capeval.bench.metrics import GROUPS, METRIC_NAMES, resolve_metrics
+
+FIX = Path(__file__).parent / "fixtures" / "bench"
+
+
+def broken(predictions, references=None):
+    """A metric that fails on every call."""
+    raise RuntimeError("boom in the metric")
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Make every benchmark loader fail loudly: a refused run must not reach them."""
+
+    def load(path, options):
+        raise AssertionError("the benchmark was loaded before the run was checked")
+
+    for bench in BENCHMARKS.values():
+        monkeypatch.setattr(bench, "load", load)
+
+
+@pytest.fixture
+def empty_hub_cache(monkeypatch, tmp_path):
+    """An empty Hugging Face cache, offline: the default CLIP model cannot be had."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def refused(capsys, argv: list[str], out: Path) -> str:
+    """Run ``capeval bench`` and return its one stderr line, after checking it exited 2 and wrote nothing."""
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("capeval bench: ")
+    assert not out.exists()
+    return err
+
+
+def test_a_run_without_the_data_folder_exits_2_in_one_line_and_writes_no_report(tmp_path, capsys, no_loading):
+    # The issue's case: `capeval bench run pascal50s -m wmd` without --data-dir (default ./benchmarks).
+    err = refused(
+        capsys, ["run", "pascal50s", "-m", "wmd", "--data-dir", str(tmp_path / "benchmarks")], tmp_path / "r"
+    )
+    assert "no benchmark data folder" in err and "--data-dir" in err
+
+
+def test_a_named_benchmark_whose_folder_is_absent_is_refused_naming_it(tmp_path, capsys, no_loading):
+    err = refused(capsys, ["run", "pascal50s", "-m", "wmd", "--data-dir", str(tmp_path)], tmp_path / "r")
+    assert f"no data for pascal50s ({tmp_path / 'pascal50s'})" in err
+
+
+def test_all_benchmarks_without_any_data_is_refused(tmp_path, capsys, no_loading):
+    err = refused(capsys, ["run", "-m", "length", "--data-dir", str(tmp_path)], tmp_path / "r")
+    assert "nothing to run: no benchmark data under" in err
+
+
+def test_an_unknown_metric_is_refused_before_the_benchmark_loads(tmp_path, capsys, no_loading):
+    err = refused(
+        capsys, ["run", "flickr8k_expert", "-m", "wmd", "nope", "--data-dir", str(FIX)], tmp_path / "r"
+    )
+    assert "unknown metric 'nope'" in err and "emscore" in err
+
+
+def test_an_unknown_benchmark_is_refused_naming_the_choices(tmp_path, capsys, no_loading):
+    err = refused(capsys, ["run", "pascal", "-m", "wmd", "--data-dir", str(FIX)], tmp_path / "r")
+    assert "unknown benchmark 'pascal'" in err and "pascal50s" in err
+
+
+def test_emscore_without_a_model_is_refused_by_name_with_what_to_pass(
+    tmp_path, capsys, no_loading, empty_hub_cache
+):
+    # The issue's case: before, a 60-line traceback and exit 0.
+    err = refused(capsys, ["run", "vatex_eval", "-m", "emscore", "--data-dir", str(FIX)], tmp_path / "r")
+    assert "metric 'emscore' cannot run here" in err
+    assert "'openai/clip-vit-base-patch32' is not in the local Hugging Face cache" in err
+    assert "pass --model" in err
+
+
+def test_a_model_folder_that_does_not_exist_is_refused(tmp_path, capsys, no_loading):
+    argv = ["run", "vatex_eval", "-m", "emscore", "--model", str(tmp_path / "clip"), "--data-dir", str(FIX)]
+    assert "no such folder" in refused(capsys, argv, tmp_path / "r")
+
+
+def test_pacscore_without_weights_is_refused_asking_for_the_checkpoint(tmp_path, capsys, no_loading):
+    err = refused(
+        capsys, ["run", "flickr8k_expert", "-m", "pacscore", "--data-dir", str(FIX)], tmp_path / "r"
+    )
+    assert "metric 'pacscore' cannot run here" in err and "--checkpoint" in err
+
+
+def test_an_image_metric_named_without_images_is_refused_asking_for_the_image_root(
+    tmp_path, capsys, no_loading, tiny_clip_dir
+):
+    argv = ["run", "flickr8k_expert", "-m", "length", "clipscore", "--model", str(tiny_clip_dir)]
+    err = refused(capsys, [*argv, "--data-dir", str(FIX)], tmp_path / "r")
+    assert err == (
+        "capeval bench: metric 'clipscore' cannot run: it needs the Flickr8k-Expert images: pass --image-root DIR"
+    )
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--image-root", "--image-root {}: no such folder"),
+        ("--abstract-votes", "--abstract-votes {}: no such file"),
+    ],
+)
+def test_an_option_path_that_does_not_exist_is_refused(tmp_path, capsys, no_loading, option, message):
+    missing = tmp_path / "missing"
+    argv = ["run", "flickr8k_expert", "-m", "length", option, str(missing), "--data-dir", str(FIX)]
+    assert refused(capsys, argv, tmp_path / "r") == "capeval bench: " + message.format(missing)
+
+
+@pytest.mark.parametrize("option, value", [("--pascal-draws", "0"), ("--stats", "-1")])
+def test_bad_numbers_are_refused_by_the_parser_naming_the_option(capsys, option, value):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "pascal50s", option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: {option} must be" in capsys.readouterr().err
+
+
+def test_a_metric_failing_everywhere_exits_1_without_a_traceback_or_a_report(tmp_path, capsys):
+    out = tmp_path / "report"
+    argv = [
+        "run",
+        "flickr8k_expert",
+        "-m",
+        "tests.test_bench_cli:broken",
+        "--data-dir",
+        str(FIX),
+        "--no-cache",
+    ]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "capeval bench: nothing was scored, no report written: broken: failed: RuntimeError: boom in the metric"
+    )
+    assert not out.exists()
+
+
+def test_debug_shows_the_traceback_of_a_failing_metric(tmp_path, capfd):
+    argv = [
+        "run",
+        "flickr8k_expert",
+        "-m",
+        "tests.test_bench_cli:broken",
+        "--data-dir",
+        str(FIX),
+        "--no-cache",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "r"), "--no-progress", "--debug"]) == 1
+    err = capfd.readouterr().err
+    assert "Traceback" in err and "RuntimeError: boom in the metric" in err
+
+
+def test_a_partial_run_names_what_was_skipped_on_stderr_and_in_the_report(tmp_path, capsys, empty_hub_cache):
+    out = tmp_path / "report"
+    argv = ["run", "flickr8k_expert", "-m", "length", "image", "--data-dir", str(FIX), "--no-plots"]
+    assert main([*argv, "--out", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "[bench] pacscore skipped on Flickr8k-Expert: PAC-S needs the authors' weights: pass --checkpoint"
+        in err
+    )
+    assert "[bench] clipscore skipped on Flickr8k-Expert: model 'openai/clip-vit-base-patch32'" in err
+    report = (out / "report.md").read_text()
+    assert "| length |" in report
+    assert "- **PAC-S skipped**: PAC-S needs the authors' weights" in report
+    assert "- **CLIP-S skipped**: model 'openai/clip-vit-base-patch32'" in report
+
+
+def test_list_shows_every_metric_the_runner_accepts_and_what_it_needs(capsys, tiny_clip_dir):
+    assert main(["list", "--data-dir", str(FIX), "--model", str(tiny_clip_dir)]) == 0
+    out = capsys.readouterr().out
+    listed = [
+        line.split()[0]
+        for line in out.split("metrics")[1].splitlines()
+        if line.startswith("  ") and line[2] != " "
+    ]
+    assert listed == list(METRIC_NAMES)
+    assert {m.key for m in resolve_metrics(listed, refuse_unavailable=False)} == set(METRIC_NAMES)
+    assert set(METRIC_NAMES) >= {n for names in GROUPS.values() for n in names}
+    for name in BENCHMARKS:
+        assert f"  {name} " in out
+    emscore = out[out.index("  emscore ") :].split("\n\n")[0]
+    assert "EMScore(X,X*)" in emscore and "a CLIP model (--model)" in emscore
+    assert "VATEX-EVAL the 1- and 9-reference columns (the videos are not read" in emscore
+    assert emscore.splitlines()[-1].strip() == "ok"  # the model given to list is a local folder
+
+
+def test_the_capeval_command_returns_the_bench_exit_code(tmp_path, capsys, no_loading):
+    from capeval.cli import main as capeval_main
+
+    assert capeval_main(["bench", "run", "flickr8k_expert", "-m", "nope", "--data-dir", str(FIX)]) == 2
+    assert capsys.readouterr().err.strip().startswith("capeval bench: unknown metric 'nope'")
