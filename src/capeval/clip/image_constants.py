@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capeval.clip.checkpoints.locate import PROVENANCE_FILE
+from capeval.diagnostics.categories import ImageConstantsWarning, user_stacklevel
 
 OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
 OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -198,14 +199,19 @@ def decide_image_constants(
             except ValueError as err:
                 theirs = None
                 warnings.warn(
-                    f"{where}: {err}; using {origin}'s constants from open_clip's table", stacklevel=3
+                    ImageConstantsWarning(
+                        f"{where}: {err}; using {origin}'s constants from open_clip's table"
+                    ),
+                    stacklevel=user_stacklevel(),
                 )
             if theirs is not None and not (_same(theirs[0], mean) and _same(theirs[1], std)):
                 warnings.warn(
-                    f"{where}: {preprocessor} says image_mean={_format(theirs[0])}, image_std={_format(theirs[1])}, "
-                    f"but {origin} was trained with image_mean={_format(mean)}, image_std={_format(std)} "
-                    "(open_clip's pretrained table); using the latter",
-                    stacklevel=3,
+                    ImageConstantsWarning(
+                        f"{where}: {preprocessor} says image_mean={_format(theirs[0])}, image_std={_format(theirs[1])}, "
+                        f"but {origin} was trained with image_mean={_format(mean)}, image_std={_format(std)} "
+                        "(open_clip's pretrained table); using the latter"
+                    ),
+                    stacklevel=user_stacklevel(),
                 )
         return ImageConstants(tuple(mean), tuple(std), origin)
     if present:

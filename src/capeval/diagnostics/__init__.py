@@ -17,6 +17,7 @@ _PUBLIC = {
     "DamagedVideoWarning": "capeval.diagnostics.categories",
     "CheckpointWarning": "capeval.diagnostics.categories",
     "HarmonicMeanWarning": "capeval.diagnostics.categories",
+    "ImageConstantsWarning": "capeval.diagnostics.categories",
     "DamagedFileWarning": "capeval.diagnostics.categories",
     "user_stacklevel": "capeval.diagnostics.categories",
     "summarised_warnings": "capeval.diagnostics.run_warnings",

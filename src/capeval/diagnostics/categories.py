@@ -101,6 +101,11 @@ class CheckpointWarning(CapevalWarning):
     """A checkpoint loaded, but something about it suggests the scores may not be what was meant."""
 
 
+class ImageConstantsWarning(CapevalWarning):
+    """A model folder's preprocessor config disagrees with (or cannot be read beside) the mean/std its known
+    origin was trained with: the origin's constants are used."""
+
+
 class HarmonicMeanWarning(CapevalWarning):
     """The two terms of a reference harmonic mean (RefCLIP-S, RefPAC-S) nearly cancel for some items."""
 
