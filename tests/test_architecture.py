@@ -147,7 +147,9 @@ def test_arrows_only_point_down_between_wings():
 def test_the_clip_engine_imports_nothing_outside_itself():
     clip = {m: t for m, t in GRAPH.items() if wing(m) == "clip"}
     assert len(clip) >= 10
-    assert {t for targets in clip.values() for t in targets if wing(t) not in ("clip", "diagnostics")} <= EXEMPT
+    assert {
+        t for targets in clip.values() for t in targets if wing(t) not in ("clip", "diagnostics")
+    } <= EXEMPT
 
 
 def test_every_module_belongs_to_a_wing():
