@@ -151,6 +151,16 @@ def test_a_metric_failing_everywhere_exits_1_without_a_traceback_or_a_report(tmp
     assert not out.exists()
 
 
+def test_a_benchmark_whose_files_are_missing_from_its_folder_exits_1_saying_so(tmp_path, capsys):
+    (tmp_path / "data" / "pascal50s").mkdir(parents=True)
+    out = tmp_path / "report"
+    argv = ["run", "pascal50s", "-m", "length", "--data-dir", str(tmp_path / "data"), "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("capeval bench: nothing was scored, no report written: Pascal-50S JSON: none of ")
+    assert not out.exists()
+
+
 def test_debug_shows_the_traceback_of_a_failing_metric(tmp_path, capfd):
     argv = [
         "run",
