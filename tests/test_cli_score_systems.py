@@ -132,7 +132,9 @@ def test_an_unknown_or_unavailable_metric_is_one_line_before_any_work(coco, caps
     args = ["score", str(coco / "blip.json"), str(coco / "val2014"), "--model", str(coco / "no-model")]
     assert main([*args, "--metrics", "clipscore", "pacscore"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("capeval: error: cannot run pacscore: PAC-S needs the authors' weights")
+    # Both are named in one line: the model folder does not exist, and PAC-S has no weights.
+    assert err.startswith("capeval: error: cannot run clipscore: model ")
+    assert "; pacscore: PAC-S needs the authors' weights" in err
     assert len(err.splitlines()) == 1
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from capeval.clip.batching import BATCH_SIZE
-from capeval.validation import check_predictions, check_references
+from capeval.validation import OPTION_RULE_NAMES, check_options, check_predictions, check_references
 
 # Column names of the per-image file of the CLIPScore authors' script (``--save_per_instance``), kept for the
 # metrics it writes; every other metric is named as in ``capeval bench``'s tables.
@@ -96,10 +96,18 @@ def resolve_metrics(specs: Sequence[str], **options):
             if metric.key not in seen:
                 seen.add(metric.key)
                 resolved.append(metric)
+    return resolved
+
+
+def refuse_unavailable(resolved) -> None:
+    """Refuse, in one line naming each, the metrics that cannot run here (no model folder, no weights, ...).
+
+    Raises:
+        ValueError: ``cannot run <metric>: <why>; <metric>: <why>``.
+    """
     why = [f"{m.key}: {reason}" for m in resolved if (reason := m.unavailable())]
     if why:
         raise ValueError("cannot run " + "; ".join(why))
-    return resolved
 
 
 def _checked_captions(name: str, captions: Sequence[str], ids: Sequence) -> list[str]:
@@ -186,6 +194,9 @@ def score_systems(
         prefix=prefix, w=w, vectors=vectors, progress=progress,
     )  # fmt: skip
     resolved = resolve_metrics(metrics, **options)
+    # Cheapest refusals first: the options' values, then the inputs the metrics need, then what is missing on
+    # this machine (model folders, weights): each names its cause without reading any file.
+    check_options(**{k: v for k, v in options.items() if v is not None and k in OPTION_RULE_NAMES})
     for needs, given, what in (
         ("uses_images", images, "images"),
         ("uses_references", references, "references"),
@@ -193,6 +204,7 @@ def score_systems(
         lacking = [m.key for m in resolved if getattr(m, needs) and given is None]
         if lacking:
             raise ValueError(f"{', '.join(lacking)} need(s) {what}; none were given")
+    refuse_unavailable(resolved)
 
     per_item: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     corpus: dict[str, dict[str, float]] = {name: {} for name in names}
