@@ -147,12 +147,18 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+def hub_offline() -> bool:
+    """Whether the Hugging Face Hub is switched off (``HF_HUB_OFFLINE``, or huggingface_hub's own setting)."""
+    from huggingface_hub import constants
+
+    return (
+        os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False", "no")
+        or constants.is_offline_mode()
+    )
 
 
 def _offline_help(model: str) -> str:
-    state = "HF_HUB_OFFLINE=1 is set" if _hub_offline() else "the Hub could not be reached"
+    state = "HF_HUB_OFFLINE=1 is set" if hub_offline() else "the Hub could not be reached"
     return (
         f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. "
         f"Either run once with network access (unset HF_HUB_OFFLINE) so '{model}' is downloaded, "
@@ -222,7 +228,7 @@ def model_unavailable(model: str) -> str | None:
         cached = try_to_load_from_cache(model, "config.json")
     except HFValidationError as err:
         return f"model {model!r} is neither a local folder nor a valid Hub id: {err}"
-    if isinstance(cached, str) or not _hub_offline():
+    if isinstance(cached, str) or not hub_offline():
         return None
     return f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"
 

@@ -153,6 +153,21 @@ def pixel_digest(image: Image.Image | np.ndarray | torch.Tensor, index: int | No
     raise TypeError(f"{_what(index)}: expected a PIL image, a numpy array or a torch tensor")
 
 
+def _stat_image_file(image: str | os.PathLike, index: int) -> tuple[Path, os.stat_result]:
+    """The path of an image file and its ``stat``; a missing, unreadable or non-regular file refused by index."""
+    path = Path(os.fspath(image)).expanduser()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from None
+    except OSError as err:
+        raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
+    refusal = not_a_regular_file(st, os.fspath(image), index)
+    if refusal is not None:
+        raise refusal
+    return path, st
+
+
 def image_key(image: ImageInput, index: int) -> tuple:
     """Identity of an image input: equal keys mean the same pixels, so it is encoded once.
 
@@ -160,16 +175,7 @@ def image_key(image: ImageInput, index: int) -> tuple:
     Raises ``TypeError`` for unsupported inputs and ``ValueError`` for arrays that are no image, naming the index.
     """
     if isinstance(image, (str, os.PathLike)):
-        path = Path(os.fspath(image)).expanduser()
-        try:
-            st = path.stat()
-        except FileNotFoundError as err:
-            raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from err
-        except OSError as err:
-            raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
-        refusal = not_a_regular_file(st, os.fspath(image), index)
-        if refusal is not None:
-            raise refusal
+        path, st = _stat_image_file(image, index)
         return ("path", str(path.resolve()), st.st_size, st.st_mtime_ns)
     if isinstance(image, (Image.Image, np.ndarray, torch.Tensor)):
         return ("pixels", pixel_digest(image, index).hex())
@@ -329,16 +335,7 @@ def _read(image: ImageInput, index: int) -> Image.Image:
             raise ValueError(f"image {index}: PIL image of size {image.size} has no pixels")
         return image
     if isinstance(image, (str, os.PathLike)):
-        path = Path(os.fspath(image)).expanduser()
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise ValueError(f"image {index} ({os.fspath(image)!r}): file not found") from None
-        except OSError as err:
-            raise ValueError(f"image {index} ({os.fspath(image)!r}): cannot read it: {err.strerror}") from err
-        refusal = not_a_regular_file(st, os.fspath(image), index)
-        if refusal is not None:
-            raise refusal
+        path, _ = _stat_image_file(image, index)
         return _open(path, index, _describe(image))
     if isinstance(image, (np.ndarray, torch.Tensor)):
         return _array_to_pil(_array_pixels(image, index), index)

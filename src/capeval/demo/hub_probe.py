@@ -14,16 +14,10 @@ import os
 import threading
 from pathlib import Path
 
+from capeval.clip.backbones import hub_offline
+
 PROBE_TIMEOUT_S = 2.0  # the Hub answers a HEAD in well under a second; a visitor should not wait longer
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-_FALSY = ("", "0", "false", "False", "no")
-
-
-def hub_offline() -> bool:
-    """Whether the Hugging Face Hub is switched off (``HF_HUB_OFFLINE``, or huggingface_hub's own setting)."""
-    from huggingface_hub import constants
-
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in _FALSY or constants.is_offline_mode()
 
 
 def is_hub_id(spec: str) -> bool:
