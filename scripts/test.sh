@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh test,spaces,video,bench
+scripts/setup.sh test,spaces,video,bench,ray,torchmetrics
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.
