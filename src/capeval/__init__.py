@@ -97,21 +97,31 @@ MOVED_MODULES = {
 }
 
 
+# Public module paths whose code lives in a wing: the same alias, without a warning (these paths stay).
+MODULE_ALIASES = {
+    "capeval.torchmetrics": "capeval.integrations.torchmetrics",
+}
+
+
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves an old module path to the module that replaced it, warning once per path."""
+    """Resolves an old module path to the module that replaced it, warning once per path, and a public alias
+    (``MODULE_ALIASES``) to its module without a warning."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED_MODULES:
+        if fullname in MOVED_MODULES or fullname in MODULE_ALIASES:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def create_module(self, spec):
-        new = MOVED_MODULES[spec.name]
-        warnings.warn(
-            f"{spec.name} moved to {new}; the old path stops working in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        if spec.name in MODULE_ALIASES:
+            new = MODULE_ALIASES[spec.name]
+        else:
+            new = MOVED_MODULES[spec.name]
+            warnings.warn(
+                f"{spec.name} moved to {new}; the old path stops working in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         module = import_module(new)
         spec.loader_state = module.__spec__  # importlib sets the alias spec on the module: put its own back
         return module

@@ -1,0 +1,132 @@
+"""The base of capeval's torchmetrics classes: the capeval scorer on the metric's device, list states
+concatenated across processes, synced reads outside ``compute`` (``per_sample``, ``results``), the plot."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+try:
+    from torchmetrics import Metric
+    from torchmetrics.utilities.data import dim_zero_cat
+except ImportError as err:  # pragma: no cover - the extra is installed by scripts/test.sh
+    raise ImportError(
+        "capeval.torchmetrics needs torchmetrics (and Lightning for self.log): pip install 'capeval[torchmetrics]'"
+    ) from err
+
+
+class CapevalMetric(Metric):
+    """What the six share: the capeval scorer (built lazily on the right device), float64 per-sample states,
+    synced reads outside ``compute``."""
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+    scorer_class: type
+    name: str
+
+    def __init__(
+        self, options: dict[str, Any], sync_on_compute: bool, process_group: Any, compute_on_cpu: bool
+    ) -> None:
+        super().__init__(
+            sync_on_compute=sync_on_compute, process_group=process_group, compute_on_cpu=compute_on_cpu
+        )
+        self._options = options
+        self._scorer = None
+        self._scorer_device: str | None = None
+
+    # -- the capeval scorer ----------------------------------------------------------------------------
+    def _wanted_device(self) -> str | None:
+        if "device" not in self._options:  # word-vector metrics: no device
+            return None
+        model = self._options.get("model")
+        if self._options["device"] is not None or not (
+            model is None or isinstance(model, (str, os.PathLike))
+        ):
+            return self._options["device"]
+        return str(self.device)
+
+    @property
+    def scorer(self):
+        """The capeval callable this metric scores with (``capeval.CLIPScore``, ...), on the metric's device."""
+        device = self._wanted_device()
+        if self._scorer is None or device != self._scorer_device:
+            options = dict(self._options)
+            if "device" in options:
+                options["device"] = device
+            self._scorer = self.scorer_class(**options)
+            self._scorer_device = device
+        return self._scorer
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled metric (Lightning's spawn strategies, deepcopy) carries its options, not a loaded model.
+        state = super().__getstate__()
+        state["_scorer"] = None
+        return state
+
+    # -- states ----------------------------------------------------------------------------------------
+    def _add_list_state(self, name: str) -> None:
+        self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def _append(self, name: str, values, dtype=torch.float64) -> None:
+        if isinstance(values, bytes):
+            values = torch.frombuffer(bytearray(values), dtype=torch.uint8) if values else []
+        getattr(self, name).append(torch.as_tensor(values, dtype=dtype, device=self.device).reshape(-1))
+
+    def _cat(self, name: str, dtype=torch.float64) -> torch.Tensor:
+        state = getattr(self, name)
+        if isinstance(state, list) and not state:
+            return torch.empty(0, dtype=dtype, device=self.device)
+        # A rank without data contributes torchmetrics' float32 placeholder: cast back to the state's type.
+        return dim_zero_cat(state).to(dtype)
+
+    def _scores(self, name: str) -> torch.Tensor:
+        scores = self._cat(name)
+        if scores.numel() == 0:
+            raise ValueError(
+                f"{type(self).__name__}: no predictions were scored: call update() before compute()"
+            )
+        return scores
+
+    @contextmanager
+    def _synced(self):
+        """The states of every process, as ``compute`` sees them (a no-op outside DDP or when already synced)."""
+        should_sync = self._to_sync and not self._is_synced
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn, should_sync=should_sync, should_unsync=self._should_unsync
+        ):
+            yield
+
+    def per_sample(self) -> torch.Tensor:
+        """(N,) float64: the per-sample scores (the callable's ``"scores"``) of every update, in update order."""
+        with self._synced():
+            return self._per_sample().clone()
+
+    def results(self) -> dict[str, Any]:
+        """The capeval callable's dict (headline, ``"scores"``, extras, ``"signature"``) over every update."""
+        with self._synced():
+            out = self._results()
+        out["signature"] = out.pop("signature")  # last, as in the callables' dicts
+        return out
+
+    def plot(self, val=None, ax=None):
+        """torchmetrics' plot of ``compute()`` (or of the values given): ``(figure, axes)``."""
+        return self._plot(val, ax)
+
+    def _per_sample(self) -> torch.Tensor:
+        return self._scores(f"{self.name}_scores")
+
+    def compute(self) -> torch.Tensor:
+        """The corpus score: the mean of the per-sample scores, as the callable's headline."""
+        return self._per_sample().mean()
+
+    def _results(self) -> dict[str, Any]:
+        scores = self._per_sample()
+        return {
+            self.name: float(scores.mean()),
+            "scores": scores.tolist(),
+            "signature": self.scorer.signature,
+        }
