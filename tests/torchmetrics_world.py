@@ -38,10 +38,12 @@ def options(name: str) -> dict:
     return {}
 
 
-def world(n: int = 12, start: int = 0) -> dict[str, list]:
+def world(n: int = 12) -> dict[str, list]:
     """``n`` scenes: captions right for even items and one attribute off for odd ones, two paraphrases each as
     references (three for every third item), a picture and a short clip (3 to 5 frames) of each scene."""
-    scenes = all_scenes()[start * 7 : start * 7 + 7 * n : 7]
+    scenes = all_scenes()[::6][:n]  # every colour, shape and position among the first twelve
+    if len(scenes) != n:
+        raise ValueError(f"the shapes world has {len(scenes)} scenes one in six apart, not {n}")
     attributes = ("color", "shape", "position")
     preds = [
         caption(s) if i % 2 == 0 else caption(mismatched(s, attributes[i % 3], rng=i))
@@ -81,3 +83,37 @@ def callable_result(name: str, data: dict[str, list], start: int = 0, stop: int 
 
     preds, inputs = batch(data, name, start, len(data["preds"]) if stop is None else stop)
     return build_scorer(name, **options(name))(preds, **inputs)
+
+
+def ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str, split: int) -> None:
+    """One of ``world_size`` gloo processes: items ``0:split`` go to rank 0, the rest to rank 1, each in two
+    updates; every rank writes what ``compute``, ``per_sample`` and ``results`` give it."""
+    import json
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        data = world()
+        start, stop = (0, split) if rank == 0 else (split, len(data["preds"]))
+        middle = (start + stop) // 2
+        out = {}
+        for name in NAMES:
+            metric = torchmetric(name)
+            for a, b in ((start, middle), (middle, stop)):
+                preds, inputs = batch(data, name, a, b)
+                metric.update(preds, **inputs)
+            out[name] = {
+                "compute": float(metric.compute()),
+                "per_sample": metric.per_sample().tolist(),
+                "results": metric.results(),
+                "local_items": int(metric._cat(f"{name}_scores").numel())
+                if name != "emscore"
+                else int(metric._cat("emscore_pred_lengths").numel()),
+            }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
+    finally:
+        dist.destroy_process_group()

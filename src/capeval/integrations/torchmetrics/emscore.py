@@ -16,6 +16,12 @@ from capeval.integrations.torchmetrics.metric import CapevalMetric
 from capeval.validation import check_options, check_predictions, check_references
 
 
+def _inputs_named(videos: bool, references: bool) -> str:
+    return {(True, True): "videos and references", (True, False): "videos only"}.get(
+        (videos, references), "references only"
+    )
+
+
 def _pack_texts(texts: Sequence[str]) -> tuple[bytes, list[int]]:
     encoded = [t.encode("utf-8") for t in texts]
     return b"".join(encoded), [len(e) for e in encoded]
@@ -103,9 +109,9 @@ class EMScore(CapevalMetric):
             had_refs = bool(self._cat("emscore_ref_counts").gt(0).any())
             if had_videos != (frames is not None) or had_refs != (references is not None):
                 raise ValueError(
-                    f"EMScore: this batch has {'videos' if frames is not None else 'no videos'} and "
-                    f"{'references' if references is not None else 'no references'}, unlike the {seen} predictions "
-                    "before it: every update must give the same inputs (one EMScore variant per corpus)"
+                    f"EMScore: this batch gives {_inputs_named(frames is not None, references is not None)} but "
+                    f"the {seen} predictions before it were given {_inputs_named(had_videos, had_refs)}: every "
+                    "update must give the same inputs (one EMScore variant per corpus)"
                 )
         data, lengths = _pack_texts(preds)
         self._append("emscore_pred_bytes", data, torch.uint8)
