@@ -360,3 +360,28 @@ def test_lightning_validation_loop_logs_every_metric_equal_to_capevals_callables
     assert len(rows) == 1  # one validation epoch (the sanity check's two batches are not logged)
     for name in NAMES:
         assert float(rows[0][f"val/{name}"]) == pytest.approx(expected[name][name], abs=TOL), name
+
+
+def test_the_readme_lightning_snippet_logs_capevals_numbers(repo_root, capsys):
+    import re
+
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Lightning and torchmetrics", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {"__name__": "readme_snippet"}
+    exec(compile(code, "README.md (Lightning and torchmetrics)", "exec"), namespace)
+    logged = namespace["trainer"].callback_metrics
+    rows, clip = namespace["rows"], str(namespace["shapes_clip_path"]())
+    preds = [row["caption"] for row in rows]
+    images = [row["image"] for row in rows]
+    references = [row["references"] for row in rows]
+    want = {
+        "val/clipscore": capeval.CLIPScore(model=clip)(preds, images=images)["clipscore"],
+        "val/refclipscore": capeval.RefCLIPScore(model=clip)(preds, references, images=images)[
+            "refclipscore"
+        ],
+        "val/wmd": capeval.WMD()(preds, references)["wmd"],
+    }
+    for key, value in want.items():
+        assert float(logged[key]) == pytest.approx(value, abs=TOL), key
+    assert "val/clipscore" in capsys.readouterr().out
