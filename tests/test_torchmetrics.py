@@ -281,6 +281,19 @@ def test_emscore_texts_come_back_from_the_byte_states_exactly():
     _close(metric.per_sample(), want["scores"])
 
 
+def test_emscore_of_video_files_signs_pyav_as_the_callable_does(tmp_path, data):
+    from capeval.clip.video import write_video
+
+    paths = [str(write_video(tmp_path / f"clip{i}.mp4", data["videos"][i])) for i in range(3)]
+    metric = torchmetric("emscore")
+    metric.update(data["preds"][:2], videos=paths[:2])
+    metric.update(data["preds"][2:3], videos=paths[2:])
+    want = capeval.EMScore(**options("emscore"))(data["preds"][:3], videos=paths)
+    got = metric.results()
+    assert "|av=" in want["signature"] and got["signature"] == want["signature"]
+    _close(got["scores"], want["scores"])
+
+
 def test_capeval_torchmetrics_is_the_integration_package_without_a_warning():
     sys.modules.pop("capeval.torchmetrics", None)
     with warnings.catch_warnings():
@@ -313,7 +326,6 @@ def test_two_gloo_processes_each_with_half_the_data_equal_one_process_on_all(tmp
                 _close(got["results"][key], want[key])
 
 
-@pytest.mark.slow
 def test_lightning_validation_loop_logs_every_metric_equal_to_capevals_callables(tmp_path, data, expected):
     import lightning as L
     from lightning.pytorch.loggers import CSVLogger

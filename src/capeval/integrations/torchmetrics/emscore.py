@@ -3,6 +3,7 @@ over the whole corpus (the texts kept as UTF-8 bytes in uint8 tensors, which tor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from capeval.clip.video import NUM_FRAMES
 from capeval.emscore import BATCH_PADDING
 from capeval.emscore import EMScore as _EMScore
 from capeval.integrations.torchmetrics.metric import CapevalMetric
+from capeval.signature import parse_signature
 from capeval.validation import check_options, check_predictions, check_references
 
 
@@ -84,7 +86,7 @@ class EMScore(CapevalMetric):
             batch_padding=batch_padding,
         )  # fmt: skip
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
-        for name in (*self._TEXT_STATES, "frames", "frame_counts"):
+        for name in (*self._TEXT_STATES, "frames", "frame_counts", "decoded"):
             self._add_list_state(f"emscore_{name}")
 
     def update(
@@ -123,6 +125,9 @@ class EMScore(CapevalMetric):
         self._append(
             "emscore_ref_counts", [len(r) for r in references] if references else [0] * n, torch.long
         )
+        # Frames decoded from files bring PyAV's version into the signature, as the callable's own signature has it.
+        decoded = videos is not None and any(isinstance(v, (str, os.PathLike)) for v in videos)
+        self._append("emscore_decoded", [int(decoded)], torch.uint8)
         if frames is None:
             self._append("emscore_frame_counts", [0] * n, torch.long)
             return
@@ -160,7 +165,17 @@ class EMScore(CapevalMetric):
         return {"predictions": preds, "references": references, "video_embeds": video_embeds}
 
     def _results(self) -> dict[str, Any]:
-        return self.scorer(**self._inputs())
+        out = self.scorer(**self._inputs())
+        name, fields = parse_signature(out["signature"])
+        if self._cat("emscore_decoded", torch.uint8).any() and "av" not in fields:
+            from importlib.metadata import version
+
+            libraries = list(fields)[list(fields).index("capeval") :]
+            options = {k: v for k, v in fields.items() if k not in libraries}
+            options["av"] = version("av")
+            fields = {**options, **{k: fields[k] for k in libraries}}
+            out["signature"] = "|".join([name, *(f"{k}={v}" for k, v in fields.items())])
+        return out
 
     def _per_sample(self) -> torch.Tensor:
         return torch.tensor(self._results()["scores"], dtype=torch.float64, device=self.device)
