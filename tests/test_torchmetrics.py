@@ -324,6 +324,11 @@ def test_two_gloo_processes_each_with_half_the_data_equal_one_process_on_all(tmp
             assert got["results"]["signature"] == want["signature"]
             for key in EXTRAS.get(name, ()):
                 _close(got["results"][key], want[key])
+    for name in ("clipscore", "emscore"):
+        for rank in ranks:
+            got = rank[f"{name}_rank0_only"]
+            assert got["compute"] == pytest.approx(expected[name][name], abs=TOL)
+            _close(got["per_sample"], expected[name]["scores"])
 
 
 def test_lightning_validation_loop_logs_every_metric_equal_to_capevals_callables(tmp_path, data, expected):

@@ -114,6 +114,16 @@ def ddp_worker(rank: int, world_size: int, init_file: str, out_dir: str, split: 
                 if name != "emscore"
                 else int(metric._cat("emscore_pred_lengths").numel()),
             }
+        # A process without any data (rank 1 here) still takes part in every gather.
+        for name in ("clipscore", "emscore"):
+            metric = torchmetric(name)
+            if rank == 0:
+                preds, inputs = batch(data, name, 0, len(data["preds"]))
+                metric.update(preds, **inputs)
+            out[f"{name}_rank0_only"] = {
+                "compute": float(metric.compute()),
+                "per_sample": metric.per_sample().tolist(),
+            }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
     finally:
         dist.destroy_process_group()

@@ -53,7 +53,16 @@ class EMScore(CapevalMetric):
 
     name = "emscore"
     scorer_class = _EMScore
-    _TEXT_STATES = ("pred_bytes", "pred_lengths", "ref_bytes", "ref_lengths", "ref_counts")
+    _STATES = {
+        "pred_bytes": torch.uint8,
+        "pred_lengths": torch.long,
+        "ref_bytes": torch.uint8,
+        "ref_lengths": torch.long,
+        "ref_counts": torch.long,
+        "frames": torch.float32,
+        "frame_counts": torch.long,
+        "decoded": torch.uint8,
+    }
 
     def __init__(
         self,
@@ -86,8 +95,8 @@ class EMScore(CapevalMetric):
             batch_padding=batch_padding,
         )  # fmt: skip
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
-        for name in (*self._TEXT_STATES, "frames", "frame_counts", "decoded"):
-            self._add_list_state(f"emscore_{name}")
+        for name, dtype in self._STATES.items():
+            self._add_list_state(f"emscore_{name}", dtype)
 
     def update(
         self,

@@ -37,6 +37,7 @@ class CapevalMetric(Metric):
         self._options = options
         self._scorer = None
         self._scorer_device: str | None = None
+        self._state_dtypes: dict[str, torch.dtype] = {}
 
     # -- the capeval scorer ----------------------------------------------------------------------------
     def _wanted_device(self) -> str | None:
@@ -68,8 +69,18 @@ class CapevalMetric(Metric):
         return state
 
     # -- states ----------------------------------------------------------------------------------------
-    def _add_list_state(self, name: str) -> None:
+    def _add_list_state(self, name: str, dtype: torch.dtype = torch.float64) -> None:
         self.add_state(name, default=[], dist_reduce_fx="cat")
+        self._state_dtypes[name] = dtype
+
+    def _sync_dist(self, dist_sync_fn=None, process_group=None) -> None:
+        # torchmetrics stands in for an empty list state with an empty tensor of the metric's float32 dtype; gathered
+        # against another rank's float64 or uint8 tensor the byte counts differ and gloo aborts. An empty tensor of
+        # the state's own dtype keeps a process without data (uneven DDP shards) in step.
+        for name, dtype in self._state_dtypes.items():
+            if isinstance(getattr(self, name), list) and not getattr(self, name):
+                setattr(self, name, [torch.empty(0, dtype=dtype, device=self.device)])
+        super()._sync_dist(dist_sync_fn, process_group=process_group)
 
     def _append(self, name: str, values, dtype=torch.float64) -> None:
         if isinstance(values, bytes):
@@ -80,7 +91,7 @@ class CapevalMetric(Metric):
         state = getattr(self, name)
         if isinstance(state, list) and not state:
             return torch.empty(0, dtype=dtype, device=self.device)
-        # A rank without data contributes torchmetrics' float32 placeholder: cast back to the state's type.
+        # Each state in its own dtype, whatever set_dtype() made of floating states since.
         return dim_zero_cat(state).to(dtype)
 
     def _scores(self, name: str) -> torch.Tensor:
