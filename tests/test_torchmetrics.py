@@ -214,6 +214,9 @@ def test_options_and_defaults_are_those_of_capevals_callables():
         "wembsim": tm.WEmbSim,
         "emscore": tm.EMScore,
     }.items():
+        assert (
+            cls.higher_is_better is True and cls.is_differentiable is False and cls.full_state_update is False
+        )
         ours = inspect.signature(cls.__init__).parameters
         theirs = metric_class(name)
         assert set(ours) - {"self"} - torch_only == accepted_options(theirs), name
