@@ -1,0 +1,238 @@
+"""The Ray Data engine of ``score_shards``: read tasks on CPUs, an actor pool holding the models.
+
+The pipeline, streamed by Ray Data:
+
+1. a dataset of the shards still to score (decided on the driver from the files already written);
+2. read tasks (one shard each, ``ReadShard``): ``read_shard`` then ``prepare_rows`` (decode, CLIP's
+   geometric preprocessing) in batches, each row carrying its shard's row count;
+3. ``map_batches`` over an actor pool (``ScoreActor``): each actor loads the metrics' models once (one GPU
+   per actor when the cluster has GPUs, else a fraction of a CPU so the read tasks keep CPUs: an actor
+   pool that takes every CPU starves the reads and hangs) and runs ``RowScorer.score``;
+4. the driver collects the scored rows per shard and writes a shard's file, atomically, as soon as all
+   its rows have arrived. A killed driver loses only the shards in flight; a rerun skips the rest.
+
+Ray Data retries a read task whose worker died and restarts a dead actor, resubmitting its batches (its
+defaults: ``max_retries=-1`` for tasks, ``max_restarts=-1``/``max_task_retries=-1`` for actor pools); the
+driver keeps each row index of a shard once, so a batch delivered twice is not written twice. A shard that cannot be read comes
+back as one failure row and is reported in the summary. The values are those of the local engine: the same
+functions prepare and score every row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capeval.corpus.row_scoring import RowScorer, prepare_rows
+from capeval.corpus.shard_outputs import write_shard_output
+from capeval.corpus.shards import Shard, ShardReadError, read_shard
+
+CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError as err:
+        raise ImportError("engine='ray' needs Ray Data: pip install 'capeval[ray]'") from err
+    return ray
+
+
+def read_and_prepare(
+    batch: dict[str, np.ndarray], caption_column, image_column, batch_size: int, image_size: int
+):
+    """Read task: one shard's rows, prepared in batches (plain columns Ray can move).
+
+    Every batch carries ``shard_rows`` (the shard's row count, so the driver knows when a shard is whole)
+    and ``failure`` (why the shard could not be read, on a single placeholder row; else None).
+    """
+    for path, name, kind in zip(batch["path"], batch["name"], batch["kind"], strict=True):
+        shard = Shard(path=Path(str(path)), name=str(name), kind=str(kind))
+        try:
+            rows = read_shard(shard, caption_column, image_column)
+            failure = None if rows else f"shard {shard.path} holds no sample"
+        except (ShardReadError, ValueError) as err:
+            rows, failure = [], str(err)
+        if failure is not None:
+            yield _failure_batch(shard.name, failure, image_size)
+            continue
+        for s in range(0, len(rows), batch_size):
+            yield _to_ray(prepare_rows(rows[s : s + batch_size], image_size), len(rows))
+
+
+def _text(values) -> np.ndarray:
+    """Strings as a numpy string column, None as "" (object columns would make Ray fall back to pandas,
+    which cannot hold the (N, H, W, 3) pixel column)."""
+    return np.array(["" if v is None else str(v) for v in values], dtype=str)
+
+
+def _optional(values) -> list[str | None]:
+    return [None if v == "" else str(v) for v in values]
+
+
+def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
+    return {
+        "key": _text([""]),
+        "shard": _text([shard_name]),
+        "index": np.array([-1], dtype=np.int64),
+        "caption": _text([""]),
+        "references": _text([""]),
+        "error": _text([failure]),
+        "pixels": np.zeros((1, size, size, 3), dtype=np.uint8),
+        "shard_rows": np.array([0], dtype=np.int64),
+        "failure": _text([failure]),
+    }
+
+
+def _to_ray(prepared: dict[str, Any], shard_rows: int) -> dict[str, Any]:
+    n = len(prepared["key"])
+    out = {k: _text(prepared[k]) for k in ("key", "shard", "caption", "error")}
+    # Lists of references are ragged: carried as JSON text so every block has the same column types.
+    out["references"] = _text([None if r is None else json.dumps(list(r)) for r in prepared["references"]])
+    out["index"] = prepared["index"]
+    out["pixels"] = prepared["pixels"]
+    out["shard_rows"] = np.full(n, shard_rows, dtype=np.int64)
+    out["failure"] = _text([None] * n)
+    return out
+
+
+class ScoreActor:
+    """Actor: the metrics' models, loaded once, scoring prepared batches (``RowScorer.score``)."""
+
+    def __init__(self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool) -> None:
+        self.scorer = RowScorer(metrics, options, embeddings=embeddings)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        failure = batch["failure"]
+        if failure[0] != "":  # a failure placeholder passes through unscored, with every column
+            out = {
+                k: batch[k] for k in ("key", "shard", "index", "caption", "error", "shard_rows", "failure")
+            }
+            for column in self.scorer.columns():
+                out[column] = np.full(1, np.nan)
+            if self.scorer.embeddings:
+                dim = next(iter(self.scorer.scorers.values())).backbone.embed_dim
+                out["image_embedding"] = out["text_embedding"] = np.zeros((1, dim), np.float16)
+            return out
+        prepared = {
+            "key": [str(k) for k in batch["key"]],
+            "shard": [str(s) for s in batch["shard"]],
+            "index": batch["index"],
+            "caption": _optional(batch["caption"]),
+            "references": [None if r == "" else json.loads(r) for r in batch["references"]],
+            "error": _optional(batch["error"]),
+            "pixels": batch["pixels"],
+        }
+        scored = self.scorer.score(prepared)
+        out = {k: (v if isinstance(v, np.ndarray) else _text(v)) for k, v in scored.items()}
+        out["shard_rows"] = batch["shard_rows"]
+        out["failure"] = failure
+        return out
+
+
+def run_on_ray(
+    shards: list[Shard],
+    output: Path,
+    metrics: Sequence[str],
+    options: dict[str, Any],
+    *,
+    caption_column: str | None,
+    image_column: str | None,
+    batch_size: int,
+    embeddings: bool,
+    score_columns: Sequence[str],
+    ray_address: str | None = None,
+    num_workers: int | None = None,
+    worker_gpus: float | None = None,
+    worker_cpus: float | None = None,
+    image_size: int = 224,
+    actor_class: type = ScoreActor,
+) -> dict[str, str]:
+    """Score ``shards`` on Ray and write each one's output file; returns ``{shard: why}`` for unreadable ones.
+
+    ``actor_class`` is a ``ScoreActor`` (or a subclass: the fault-injection tests kill one mid-shard).
+    """
+    ray = _import_ray()
+    if not shards:
+        return {}
+    if not ray.is_initialized():
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if worker_gpus is None:
+        worker_gpus = 1.0 if gpus else 0.0
+    if worker_cpus is None:
+        worker_cpus = 1.0 if worker_gpus else CPU_ACTOR_CPUS
+    if num_workers is None:
+        num_workers = max(1, int(gpus // worker_gpus)) if worker_gpus else 1
+    actor_options = dict(options)
+    if worker_gpus and actor_options.get("device") in (None, "cpu"):
+        actor_options["device"] = "cuda"
+    size = image_size
+    items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = ds.map_batches(
+        read_and_prepare,
+        fn_kwargs={
+            "caption_column": caption_column,
+            "image_column": image_column,
+            "batch_size": batch_size,
+            "image_size": size,
+        },
+        batch_size=1,
+        num_cpus=1,
+    )
+    ds = ds.map_batches(
+        actor_class,
+        fn_constructor_kwargs={"metrics": list(metrics), "options": actor_options, "embeddings": embeddings},
+        batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
+        compute=ray.data.ActorPoolStrategy(size=num_workers),
+        num_gpus=worker_gpus or None,
+        num_cpus=worker_cpus,
+    )
+    return _collect(ds, output, score_columns, embeddings)
+
+
+def _collect(ds, output: Path, score_columns: Sequence[str], embeddings: bool) -> dict[str, str]:
+    """Gather scored rows per shard on the driver; write each shard when its last row arrives."""
+    pending: dict[str, list[dict[str, Any]]] = {}
+    counts: dict[str, int] = {}
+    seen: dict[str, set[int]] = {}
+    failed: dict[str, str] = {}
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        shard = str(batch["shard"][0])
+        if batch["failure"][0] != "":
+            failed[shard] = str(batch["failure"][0])
+            continue
+        # A retried task may deliver a batch twice: each row index is kept once.
+        fresh = np.array([int(i) not in seen.setdefault(shard, set()) for i in batch["index"]], dtype=bool)
+        if not fresh.any():
+            continue
+        seen[shard].update(int(i) for i in batch["index"][fresh])
+        part = {k: v[fresh] for k, v in batch.items() if k not in ("shard_rows", "failure")}
+        pending.setdefault(shard, []).append(part)
+        counts[shard] = int(batch["shard_rows"][0])
+        if len(seen[shard]) == counts[shard]:
+            _write(output, shard, pending.pop(shard), score_columns, embeddings)
+    if pending:
+        missing = {s: counts[s] - len(seen[s]) for s in pending}
+        raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")
+    return failed
+
+
+def _write(output: Path, shard: str, parts: list[dict[str, Any]], score_columns, embeddings: bool) -> None:
+    rows: dict[str, Any] = {}
+    for name in parts[0]:
+        values = np.concatenate([p[name] for p in parts])
+        if name in ("caption", "error"):
+            values = _optional(values)
+        elif name in ("key", "shard"):
+            values = [str(v) for v in values]
+        rows[name] = values
+    write_shard_output(output, shard, rows, score_columns, embeddings)

@@ -1,0 +1,208 @@
+"""Scoring shard rows in batches: the work both corpus engines share, so they give the same numbers.
+
+Two steps, split where the CPU work ends:
+
+- ``prepare_rows`` (CPU, no model): decodes each image and applies CLIP's geometric preprocessing
+  (``capeval.clip.images.preprocess_image``, the function every capeval image path uses) to a
+  (size, size, 3) uint8 array; a row whose image cannot be read gets its ``error``.
+- ``RowScorer.score`` (the model): encodes the prepared pixels once per backbone (normalisation happens in
+  ``encode_images`` as everywhere else), then calls each metric with ``image_embeds=``, so the captions go
+  through the metric's own tokenisation, prompt and maths.
+
+What crosses between the two is a dict of plain columns (lists and numpy arrays of one batch): Ray Data
+moves it between processes as it is, and the local engine passes it along in-process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+# Metrics that score one row from its own image, caption (and references): their per-row values do not
+# depend on the other rows of a batch, so a corpus can be cut anywhere.
+ROW_METRICS = ("clipscore", "refclipscore", "pacscore")
+NEEDS_REFERENCES = {"refclipscore"}
+
+
+def check_row_metrics(metrics: Sequence[str]) -> list[str]:
+    """The metric names, checked: a non-empty list of distinct per-row image metrics.
+
+    Raises:
+        ValueError: an unknown name or a metric whose per-row score depends on the corpus, named.
+    """
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    names = list(metrics)
+    if not names:
+        raise ValueError(f"give at least one metric ({', '.join(ROW_METRICS)})")
+    for i, name in enumerate(names):
+        if name not in ROW_METRICS:
+            why = (
+                "its per-row scores depend on the whole corpus (IDF), so it cannot be cut into shards"
+                if name == "emscore"
+                else "corpus scoring takes the image metrics"
+            )
+            raise ValueError(f"metric {i} {name!r} cannot score shards: {why} ({', '.join(ROW_METRICS)})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"metrics repeat: {names}")
+    return names
+
+
+def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
+    """Decode and geometrically preprocess one batch of ``ShardRow``s (CPU work, no model).
+
+    Args:
+        rows: ``capeval.corpus.shards.ShardRow``s.
+        image_size: the backbone's input size (``Backbone.image_size``).
+
+    Returns:
+        dict: ``key``, ``shard``, ``caption``, ``error`` (lists), ``index`` (int64 (N,)), ``references``
+        (list of lists or None), ``pixels`` (N, size, size, 3) uint8 (zeros where ``error`` is set).
+    """
+    from capeval.clip.images import preprocess_image
+
+    pixels = np.zeros((len(rows), image_size, image_size, 3), dtype=np.uint8)
+    errors: list[str | None] = []
+    for i, row in enumerate(rows):
+        error = row.error
+        if error is None:
+            image = {"bytes": row.image} if isinstance(row.image, bytes) else row.image
+            try:
+                pixels[i] = preprocess_image(image, i, image_size)
+            except (ValueError, TypeError, OSError) as err:
+                error = f"image of {row.key} cannot be read: " + str(err).replace(f"image {i}", "image", 1)
+        errors.append(error)
+    return {
+        "key": [r.key for r in rows],
+        "shard": [r.shard for r in rows],
+        "index": np.array([r.index for r in rows], dtype=np.int64),
+        "caption": [r.caption for r in rows],
+        "references": [getattr(r, "references", None) for r in rows],
+        "error": errors,
+        "pixels": pixels,
+    }
+
+
+def _per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
+    """Per-row lists of a metric result: ``scores`` under the metric's name, ``x_scores`` under ``x``."""
+    fields: dict[str, list] = {}
+    for key, value in result.items():
+        if isinstance(value, list) and len(value) == n and key != "details":
+            fields[name if key == "scores" else key.removesuffix("_scores")] = value
+    return fields
+
+
+class RowScorer:
+    """The asked metrics, built once (one backbone load per model), scoring prepared batches.
+
+    Args:
+        metrics: per-row metric names (``ROW_METRICS``).
+        options: metric options (``model``, ``device``, ``dtype``, ``prefix``, ``w``, ``checkpoint``);
+            each metric gets those it takes.
+        embeddings: also return ``image_embedding`` and ``text_embedding`` (float16) of the first metric.
+    """
+
+    def __init__(self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool = False) -> None:
+        from capeval.registry import accepted_options, build_scorer, metric_class
+
+        self.metrics = check_row_metrics(metrics)
+        self.scorers = {}
+        for name in self.metrics:
+            taken = accepted_options(metric_class(name))
+            self.scorers[name] = build_scorer(
+                name, **{k: v for k, v in options.items() if k in taken}, progress=False
+            )
+        self.embeddings = embeddings
+        first = self.scorers[self.metrics[0]]
+        self.image_size = first.backbone.image_size
+        sizes = {s.backbone.image_size for s in self.scorers.values()}
+        if len(sizes) > 1:
+            raise ValueError(
+                f"the metrics' models take different image sizes {sorted(sizes)}: score them in two runs"
+            )
+
+    @property
+    def signatures(self) -> dict[str, str]:
+        return {name: scorer.signature for name, scorer in self.scorers.items()}
+
+    def columns(self) -> list[str]:
+        """The score columns this scorer writes, in order (``refclipscore`` adds ``clip_s``)."""
+        names: list[str] = []
+        for name in self.metrics:
+            names += [name, "clip_s"] if name == "refclipscore" else [name]
+        return list(dict.fromkeys(names))
+
+    def score(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Scores of one prepared batch (``prepare_rows``'s dict), error rows left NaN with their error.
+
+        Returns:
+            dict: the batch's ``key``, ``shard``, ``index``, ``caption``, ``error``, one float64 (N,) array per
+            score column, and with ``embeddings`` the (N, D) float16 ``image_embedding``/``text_embedding``.
+        """
+        import torch
+
+        from capeval.clip.image_encoding import encode_images
+
+        n = len(batch["key"])
+        errors = list(batch["error"])
+        live = [i for i in range(n) if errors[i] is None]
+        out: dict[str, Any] = {k: batch[k] for k in ("key", "shard", "index", "caption")}
+        columns = {c: np.full(n, np.nan) for c in self.columns()}
+        encoded: dict[int, torch.Tensor] = {}
+        image_emb = text_emb = None
+        for name, scorer in self.scorers.items():
+            rows = [i for i in live if errors[i] is None]
+            if name in NEEDS_REFERENCES:
+                for i in rows:
+                    if not batch["references"][i]:
+                        errors[i] = f"row {batch['key'][i]} has no references ({name} needs them)"
+                rows = [i for i in rows if errors[i] is None]
+            if not rows:
+                continue
+            backbone = scorer.backbone
+            if id(backbone) not in encoded:  # the metrics of one model share one image encoding
+                emb = encode_images(
+                    backbone,
+                    list(batch["pixels"][live]),
+                    batch_size=max(1, len(live)),
+                    num_workers=1,
+                    progress=False,
+                    reader="threads",
+                )
+                encoded[id(backbone)] = dict(zip(live, emb, strict=True))
+            vectors = torch.stack([encoded[id(backbone)][i] for i in rows])
+            kwargs: dict[str, Any] = {"image_embeds": vectors}
+            refs = [batch["references"][i] for i in rows]
+            if name != "clipscore" and all(refs):
+                kwargs["references"] = refs
+            captions = [batch["caption"][i] for i in rows]
+            result = scorer(captions, **kwargs)
+            for field, values in _per_row_fields(name, result, len(rows)).items():
+                if field in columns:
+                    columns[field][rows] = values
+            if self.embeddings and image_emb is None:
+                image_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
+                text_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
+                image_emb[rows] = vectors.numpy().astype(np.float16)
+                text_emb[rows] = scorer.text_embeddings(captions).cpu().numpy().astype(np.float16)
+        for i in live:
+            bad = {
+                c: float(v[i]) for c, v in columns.items() if errors[i] is None and not math.isfinite(v[i])
+            }
+            if bad and errors[i] is None:
+                # NaN would poison the corpus mean and every comparison with a threshold.
+                errors[i] = f"the model gave a non-finite score ({bad}): try dtype='float32'"
+        for i, error in enumerate(errors):
+            if error is not None:
+                for values in columns.values():
+                    values[i] = np.nan
+        out.update(columns)
+        out["error"] = errors
+        if self.embeddings:
+            dim = next(iter(self.scorers.values())).backbone.embed_dim
+            out["image_embedding"] = image_emb if image_emb is not None else np.zeros((n, dim), np.float16)
+            out["text_embedding"] = text_emb if text_emb is not None else np.zeros((n, dim), np.float16)
+        return out
