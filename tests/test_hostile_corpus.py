@@ -345,19 +345,11 @@ def _item10_folder(root: Path, names: list[str]) -> Path:
 @pytest.mark.parametrize(
     "names, message",
     [
-        (
-            ["shard-00000.tar", "shard-00001.tar", "shard-00002.tar"],
-            r"found 3 files \(3 \*\.tar\), none of them \.jsonl/\.ndjson or an image .* "
-            r"WebDataset shards are not read by capeval score --corpus yet",
-        ),
         ([], r"holds no file"),
-        (
-            ["a.parquet", "b.csv", "notes"],
-            r"found 3 files \(1 \(no extension\), 1 \*\.csv, 1 \*\.parquet\).*Parquet",
-        ),
+        (["b.csv", "notes"], r"found 2 files \(1 \(no extension\), 1 \*\.csv\).*CSV"),
         (["rows.json"], r"a \.json file is read when given itself"),
     ],
-    ids=["webdataset shards", "empty folder", "parquet and csv", "json"],
+    ids=["empty folder", "csv", "json"],
 )
 def test_a_folder_without_rows_is_refused_saying_what_it_holds(item10_reference, tmp_path, names, message):
     corpus, _, options, _ = item10_reference
@@ -391,7 +383,7 @@ def test_empty_jsonl_files_and_datasets_are_refused_by_name(item10_reference, tm
             score_corpus(source, tmp_path / "c", **options)
 
 
-def test_cli_corpus_on_webdataset_shards_exits_with_one_line(item10_reference, tmp_path, capsys):
+def test_cli_corpus_on_unreadable_shards_exits_with_one_line_naming_each(item10_reference, tmp_path, capsys):
     _, _, options, _ = item10_reference
     folder = _item10_folder(tmp_path / "shards", ["000.tar", "001.tar"])
     rc = main(
@@ -399,8 +391,8 @@ def test_cli_corpus_on_webdataset_shards_exits_with_one_line(item10_reference, t
     )
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
-    assert f"capeval: error: no rows to score in {folder}: found 2 files (2 *.tar)" in err
-    assert "WebDataset shards are not read by capeval score --corpus yet" in err
+    assert f"capeval: error: none of the 2 shard(s) in {folder} could be read (000: shard " in err
+    assert "001: shard" in err and "is not a readable tar file" in err
 
 
 # Settings -------------------------------------------------------------------------------------------

@@ -45,14 +45,47 @@ def add_corpus_arguments(parser) -> None:
         "--num-workers",
         type=cli_type("num_workers", int, check_count),
         default=None,
-        help="threads reading images",
+        help="threads reading images (--engine ray: actors holding a model; default one per GPU, else 1)",
     )
+    shards = parser.add_argument_group(
+        "sharded corpora",
+        "WebDataset tars as img2dataset writes them (NNNNN.tar with <key>.jpg/.txt/.json) or Parquet files: one "
+        "OUTPUT/scores/<shard>.parquet per shard, resumable per shard; several metrics with --metrics",
+    )
+    shards.add_argument("--engine", default="local", choices=["local", "ray"], help="where shards are scored")
+    shards.add_argument(
+        "--ray-address", default=None, help="Ray cluster to join ('auto': the one `ray start` made)"
+    )
+    shards.add_argument(
+        "--top-fraction",
+        type=cli_type("top_fraction", float, check_fraction),
+        default=None,
+        help="write kept.txt with the top fraction of rows by --threshold-key (DataComp's cut, e.g. 0.3)",
+    )
+    shards.add_argument(
+        "--save-embeddings", action="store_true", help="also write float16 image and caption embeddings"
+    )
+
+
+def check_fraction(name: str, value: float) -> float:
+    if not 0 < value <= 1:  # also refuses nan
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+    return value
 
 
 def corpus_command(args) -> int:
     """``capeval score --corpus SOURCE --output DIR [...]``."""
     if not args.output:
         raise SystemExit("capeval score --corpus: give --output DIR")
+    from capeval.corpus.shards import is_shard_source
+
+    if args.engine == "ray" or is_shard_source(args.corpus):
+        return shards_command(args)
+    if args.top_fraction is not None or args.metrics:
+        raise SystemExit(
+            "capeval score --corpus: --top-fraction and --metrics apply to shards (.tar/.parquet); "
+            "use --metric and --threshold for this source"
+        )
     from capeval.clip.backbones import DEFAULT_MODEL
 
     # Unset --model: PAC-S takes its checkpoint's base model, the others the paper's CLIP.
@@ -94,3 +127,44 @@ def corpus_command(args) -> int:
         print(f"signature: {s['signature']}")
         print(f"scores: {result.scores}")
     return 0
+
+
+def shards_command(args) -> int:
+    """``capeval score --corpus SHARDS --output DIR [--metrics ...] [--engine ray]``: one Parquet per shard."""
+    from capeval.corpus.shard_run import score_shards
+
+    if args.threshold is not None and args.top_fraction is not None:
+        raise SystemExit("capeval score --corpus: give --threshold or --top-fraction, not both")
+    metrics = args.metrics or [args.metric]
+    result = score_shards(
+        args.corpus,
+        args.output,
+        metrics,
+        engine=args.engine,
+        caption_column=None if args.caption_column == "caption" else args.caption_column,
+        image_column=None if args.image_column == "image" else args.image_column,
+        threshold=args.threshold,
+        top_fraction=args.top_fraction,
+        threshold_key=args.threshold_key,
+        save_embeddings=args.save_embeddings,
+        batch_size=args.batch_size,
+        ray_address=args.ray_address,
+        num_workers=args.num_workers if args.engine == "ray" else None,
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        prefix=args.prefix,
+        w=args.w,
+        checkpoint=args.checkpoint,
+    )
+    s = result.summary
+    means = ", ".join(f"{k} {v:.4f}" for k, v in s["mean"].items() if v is not None) or "no row scored"
+    print(f"{s['scored']} of {s['rows']} rows scored in {s['shards']} shard file(s): {means}")
+    if s["errors"]:
+        print(f"{s['errors']} row(s) not scored ({s['error_kinds']}): see the error column", file=sys.stderr)
+    for shard, why in s["failed_shards"].items():
+        print(f"shard {shard} not read: {why}", file=sys.stderr)
+    if "kept" in s:
+        print(f"kept {s['kept']} row(s) with {s['key_metric']} >= {s['threshold']:.4f}: {s['kept_file']}")
+    print(f"scores: {result.scores}  summary: {result.output_dir / 'summary.json'}")
+    return 1 if s["failed_shards"] else 0

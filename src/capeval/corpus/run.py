@@ -40,7 +40,7 @@ import numbers
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +172,11 @@ def score_corpus(
     chunk_size: int = CHUNK_SIZE,
     progress: bool | None = None,
     num_workers: int | None = None,
+    engine: str = "local",
+    metrics: Sequence[str] | None = None,
+    top_fraction: float | None = None,
+    save_embeddings: bool = False,
+    ray_address: str | None = None,
     **options,
 ) -> CorpusResult:
     """Score every row of a corpus, resumably; see the module docstring for the files written.
@@ -190,7 +195,14 @@ def score_corpus(
         cache: embedding cache file (default ``output_dir/embeddings.sqlite``); share one across runs.
         chunk_size: rows per part (resumption unit; memory grows with it).
         progress: progress bar with rate and ETA (``None``: on a terminal only).
-        num_workers: threads reading and decoding images.
+        num_workers: threads reading and decoding images (``engine="ray"``: actors holding a model).
+        engine: ``"local"`` or ``"ray"``. Shards (a folder of img2dataset's ``.tar`` files or of ``.parquet``
+            files, a glob, a list) and every ``"ray"`` run go through ``capeval.corpus.shard_run.score_shards``:
+            one ``scores/<shard>.parquet`` per shard, ``summary.json``, ``kept.txt``.
+        metrics: several per-row metrics at once (shards only; default ``[metric]``).
+        top_fraction: shards only: keep the top fraction by ``threshold_key`` (DataComp's cut).
+        save_embeddings: shards only: also write float16 image and caption embeddings.
+        ray_address: the Ray cluster to join (``"auto"``); None starts a local one.
         **options: metric options (``model``, ``device``, ``dtype``, ``batch_size``, ``prefix``, ``w``,
             ``checkpoint``).
 
@@ -199,6 +211,18 @@ def score_corpus(
     """
     from capeval import __version__
     from capeval.corpus.distributed import _raise_if_any_failed, process_state
+    from capeval.corpus.shards import is_shard_source
+
+    if engine == "ray" or is_shard_source(source):
+        return _score_shard_source(
+            source, output_dir, list(metrics or [metric]), engine, caption_column, image_column, threshold,
+            top_fraction, threshold_key, save_embeddings, ray_address, num_workers, options,
+        )  # fmt: skip
+    if metrics is not None or top_fraction is not None or save_embeddings:
+        raise ValueError(
+            "metrics=, top_fraction= and save_embeddings= apply to shards (.tar/.parquet files); this source is "
+            f"{type(source).__name__} {source!r:.80}: use metric= and threshold="
+        )
 
     if metric not in IMAGE_METRICS:
         raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")
@@ -353,6 +377,38 @@ def score_corpus(
         kept=output / "kept.jsonl" if threshold is not None else None,
         summary=summary,
     )
+
+
+def _score_shard_source(
+    source, output_dir, metrics, engine, caption_column, image_column, threshold, top_fraction, threshold_key,
+    save_embeddings, ray_address, num_workers, options,
+) -> CorpusResult:  # fmt: skip
+    """``score_corpus`` of shards: ``score_shards`` with the corpus options, its result as a ``CorpusResult``."""
+    from capeval.corpus.shard_run import score_shards
+
+    taken = {"model", "device", "dtype", "prefix", "w", "checkpoint", "batch_size"}
+    unknown = sorted(set(options) - taken - {"progress"})
+    if unknown:
+        raise TypeError(f"shard scoring does not take the option(s) {unknown}; it takes {sorted(taken)}")
+    result = score_shards(
+        source,
+        output_dir,
+        metrics,
+        engine=engine,
+        caption_column=None if caption_column == "caption" else caption_column,
+        image_column=None if image_column == "image" else image_column,
+        threshold=threshold,
+        top_fraction=top_fraction,
+        threshold_key=threshold_key,
+        save_embeddings=save_embeddings,
+        ray_address=ray_address,
+        num_workers=num_workers if engine == "ray" else None,
+        **{k: v for k, v in options.items() if k in taken},
+    )
+    return CorpusResult(
+        output_dir=result.output_dir, scores=result.scores, errors=result.scores, kept=result.kept,
+        summary=result.summary,
+    )  # fmt: skip
 
 
 def _check_run_arguments(chunk_size: Any, threshold: Any, num_workers: Any) -> None:

@@ -160,6 +160,9 @@ def score_shards(
             image_size=scorer.image_size,
         )  # fmt: skip
     seconds = time.perf_counter() - start
+    if failed and len(failed) == len(shards):
+        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items()))
+        raise ValueError(f"none of the {len(shards)} shard(s) in {source} could be read ({listed})")
     summary = summarise_outputs(
         output, key, threshold=threshold, top_fraction=top_fraction, failed_shards=failed, seconds=seconds
     )

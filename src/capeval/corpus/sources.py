@@ -20,10 +20,6 @@ JSONL_EXTENSIONS = (".jsonl", ".ndjson")
 _END = object()  # what next() returns on a source without rows
 # What to do with files a corpus folder may hold but capeval does not read, by extension.
 _UNREAD_HINTS = {
-    ".tar": "WebDataset shards are not read by capeval score --corpus yet: extract them into a folder of images "
-    "with .txt captions, or in Python pass datasets.load_dataset('webdataset', data_files=..., streaming=True, "
-    "split='train') with image_column/caption_column set to the shards' keys (e.g. 'jpg', 'txt')",
-    ".parquet": "load Parquet files with datasets.load_dataset('parquet', data_files=...) and pass the dataset",
     ".arrow": "a save_to_disk folder needs its dataset_info.json; else load the files with datasets and pass them",
     ".csv": "load CSV files with datasets.load_dataset('csv', data_files=...) and pass the dataset",
     ".json": "a .json file is read when given itself (one JSON object per line); a folder is searched for "

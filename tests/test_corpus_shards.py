@@ -1,0 +1,238 @@
+"""Sharded corpora on the local engine: img2dataset's WebDataset layout and Parquet, read safely, scored
+per row equal to the metrics called directly, one Parquet per shard, resumable, DataComp's top-fraction cut."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import capeval
+from capeval.cli import main
+from capeval.diagnostics.categories import DamagedFileWarning
+from capeval.corpus.shard_outputs import output_path, top_fraction_threshold
+from capeval.corpus.shard_run import score_shards
+from capeval.corpus.shards import ShardReadError, list_shards, read_shard
+from capeval.testing.shapes import shapes_clip_path
+from capeval.testing.shapes_shards import write_shapes_shards
+
+MODEL = str(shapes_clip_path())
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("shards") / "in"
+    samples = write_shapes_shards(folder, shards=4, rows_per_shard=6, damaged=True)
+    return folder, samples
+
+
+@pytest.fixture(scope="module")
+def scored(shards, tmp_path_factory):
+    folder, samples = shards
+    out = tmp_path_factory.mktemp("out") / "run"
+    result = score_shards(
+        folder, out, ["clipscore", "refclipscore"], model=MODEL, batch_size=4, top_fraction=0.3
+    )
+    return out, result
+
+
+def _rows(out):
+    return [row for f in sorted((out / "scores").glob("*.parquet")) for row in pq.read_table(f).to_pylist()]
+
+
+def test_img2dataset_layout_is_read_from_its_tars_not_its_side_files(shards):
+    folder, samples = shards
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"0000{i}{ext}" for i in range(4) for ext in (".tar", ".parquet", "_stats.json")]
+    )
+    listed = list_shards(folder)
+    assert [s.name for s in listed] == ["00000", "00001", "00002", "00003"]
+    assert {s.kind for s in listed} == {"webdataset"}
+    rows = read_shard(listed[0])
+    assert [r.key for r in rows] == [f"00000{j:04d}" for j in range(6)]
+    assert rows[0].caption == samples["000000000"]["caption"]
+    assert rows[0].image == samples["000000000"]["image"]
+    assert rows[0].references == samples["000000000"]["references"]  # from the sample's .json
+
+
+def test_members_in_any_order_and_in_folders_group_by_webdataset_keys(tmp_path):
+    jpeg = write_shapes_shards(tmp_path / "src", shards=1, rows_per_shard=1)["000000000"]["image"]
+    _tar(tmp_path / "00000.tar", [
+        ("a/x.txt", b"first"), ("b.jpg", jpeg), ("a/x.jpg", jpeg), ("b.txt", b"second"), ("c.seg.jpg", jpeg),
+    ])  # fmt: skip
+    rows = read_shard(list_shards(tmp_path / "00000.tar")[0])
+    # WebDataset's key: the path up to the first dot of the file name; the rest is the field (c's "seg.jpg").
+    assert [(r.key, r.caption, r.error) for r in rows[:2]] == [("a/x", "first", None), ("b", "second", None)]
+    assert rows[2].key == "c" and rows[2].error == "sample c has no image member (found: none)"
+
+
+def test_hostile_tars_are_refused_by_name_without_extracting_anything(tmp_path):
+    jpeg = write_shapes_shards(tmp_path / "src", shards=1, rows_per_shard=1)["000000000"]["image"]
+    _tar(
+        tmp_path / "00000.tar",
+        [("../evil.jpg", jpeg), ("../evil.txt", b"x"), ("ok.jpg", jpeg), ("ok.txt", b"y")],
+    )
+    rows = read_shard(list_shards(tmp_path / "00000.tar")[0])
+    assert rows[0].key == "../evil" and "leaves the shard" in rows[0].error
+    assert rows[1].key == "ok" and rows[1].error is None
+    assert not (tmp_path.parent / "evil.jpg").exists()
+    (tmp_path / "00001.tar").write_bytes(b"this is not a tar file" * 40)
+    with pytest.raises(ShardReadError, match=r"00001\.tar is not a readable tar file"):
+        read_shard(list_shards(tmp_path / "00001.tar")[0])
+
+
+def test_damaged_samples_keep_their_key_and_say_why(scored):
+    out, _ = scored
+    errors = {r["key"]: r["error"] for r in _rows(out) if r["error"] is not None}
+    assert set(errors) == {"000010001", "000010002", "000030005"}
+    assert errors["000010001"].startswith("image of 000010001 cannot be read")
+    assert errors["000010002"] == "sample 000010002 has an empty caption (.txt)"
+    assert "truncated" in errors["000030005"] or "tar ends inside a member" in errors["000030005"]
+
+
+def test_per_row_scores_equal_the_metrics_called_directly(shards, scored):
+    folder, samples = shards
+    out, result = scored
+    rows = [r for r in _rows(out) if r["error"] is None]
+    assert len(rows) == 21 and result.summary["rows"] == 24 and result.summary["errors"] == 3
+    images = [{"bytes": samples[r["key"]]["image"]} for r in rows]
+    captions = [r["caption"] for r in rows]
+    refs = [samples[r["key"]]["references"] for r in rows]
+    direct = capeval.CLIPScore(model=MODEL, progress=False)(captions, images=images)
+    ref_direct = capeval.RefCLIPScore(model=MODEL, progress=False)(captions, references=refs, images=images)
+    np.testing.assert_allclose([r["clipscore"] for r in rows], direct["scores"], atol=1e-5)
+    np.testing.assert_allclose([r["refclipscore"] for r in rows], ref_direct["scores"], atol=1e-5)
+    np.testing.assert_allclose([r["clip_s"] for r in rows], ref_direct["clip_s_scores"], atol=1e-5)
+    assert result.summary["mean"]["clipscore"] == pytest.approx(np.mean(direct["scores"]), abs=1e-5)
+
+
+def test_top_fraction_is_datacomps_cut_and_kept_keys_match(scored):
+    out, result = scored
+    rows = [r for r in _rows(out) if r["error"] is None]
+    scores = np.array([r["clipscore"] for r in rows])
+    # DataComp: sort descending, threshold = value at int(21 * 0.3) = 6, keep everything >= it (7 rows).
+    cut = np.sort(scores)[::-1][6]
+    assert result.summary["threshold"] == pytest.approx(cut)
+    kept = (out / "kept.txt").read_text().split()
+    assert sorted(kept) == sorted(r["key"] for r in rows if r["clipscore"] >= cut)
+    assert len(kept) == 7 == result.summary["kept"]
+    assert top_fraction_threshold(np.array([3.0, 1.0, 2.0, 2.0]), 0.5) == 2.0  # ties at the cut are all kept
+    with pytest.raises(ValueError, match=r"top_fraction must be in \(0, 1\], got 0"):
+        top_fraction_threshold(scores, 0)
+
+
+def test_a_rerun_skips_whole_shards_and_redoes_a_damaged_one(shards, scored):
+    folder, _ = shards
+    out, _ = scored
+    mtimes = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
+    damaged = output_path(out, "00002")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    with pytest.warns(DamagedFileWarning, match="00002.parquet is damaged"):
+        again = score_shards(
+            folder, out, ["clipscore", "refclipscore"], model=MODEL, batch_size=4, top_fraction=0.3
+        )
+    assert again.summary["shards_scored_now"] == 1
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
+    assert {n for n in after if after[n] != mtimes[n]} == {"00002.parquet"}
+    assert again.summary["rows"] == 24
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(metrics"):
+        score_shards(folder, out, ["clipscore"], model=MODEL)
+
+
+def test_parquet_shards_with_bytes_or_paths(tmp_path):
+    samples = write_shapes_shards(tmp_path / "pq", shards=2, rows_per_shard=3, kind="parquet")
+    a = score_shards(tmp_path / "pq", tmp_path / "a", ["clipscore"], model=MODEL)
+    keys = list(samples)
+    for k in keys:
+        (tmp_path / f"{k}.jpg").write_bytes(samples[k]["image"])
+    pq.write_table(
+        pa.table(
+            {
+                "key": keys,
+                "image_path": [f"{k}.jpg" for k in keys],
+                "txt": [samples[k]["caption"] for k in keys],
+            }
+        ),
+        tmp_path / "paths.parquet",
+    )
+    b = score_shards(tmp_path / "paths.parquet", tmp_path / "b", ["clipscore"], model=MODEL)
+    assert b.summary["scored"] == a.summary["scored"] == 6
+    assert b.summary["mean"]["clipscore"] == pytest.approx(a.summary["mean"]["clipscore"], abs=1e-6)
+    pq.write_table(pa.table({"key": ["x"], "picture": [b""], "caption": ["c"]}), tmp_path / "bad.parquet")
+    with pytest.raises(
+        ValueError, match=r"has no image column .*its columns: \['key', 'picture', 'caption'\]"
+    ):
+        score_shards(tmp_path / "bad.parquet", tmp_path / "c", ["clipscore"], model=MODEL)
+
+
+def test_an_unreadable_shard_is_reported_and_the_others_scored(tmp_path):
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    (tmp_path / "in" / "00002.tar").write_bytes(b"garbage" * 100)
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
+    assert list(result.summary["failed_shards"]) == ["00002"]
+    assert "not a readable tar file" in result.summary["failed_shards"]["00002"]
+    assert result.summary["scored"] == 6
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["failed_shards"] == result.summary["failed_shards"]
+
+
+def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
+    with pytest.raises(
+        ValueError, match=r"metric 1 'emscore' cannot score shards: its per-row scores depend"
+    ):
+        score_shards(tmp_path / "in", tmp_path / "o", ["clipscore", "emscore"], model=MODEL)
+    with pytest.raises(ValueError, match=r"engine must be one of \('local', 'ray'\), got 'spark'"):
+        score_shards(tmp_path / "in", tmp_path / "o", ["clipscore"], model=MODEL, engine="spark")
+
+
+def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, capsys):
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=4)
+    rc = main([
+        "score", "--corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL,
+        "--metrics", "clipscore", "refclipscore", "--top-fraction", "0.5", "--no-progress",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "8 of 8 rows scored in 2 shard file(s): clipscore " in out and "refclipscore" in out
+    assert "kept 5 row(s) with clipscore >=" in out  # DataComp keeps int(8 * 0.5) + 1 rows (no ties)
+    table = pq.read_table(tmp_path / "out" / "scores" / "00001.parquet")
+    assert table.column_names == [
+        "key",
+        "shard",
+        "index",
+        "caption",
+        "clipscore",
+        "refclipscore",
+        "clip_s",
+        "error",
+    ]
+    # score_corpus takes shards too, and the same files come out
+    result = capeval.score_corpus(tmp_path / "in", tmp_path / "out2", metrics=["clipscore"], model=MODEL)
+    assert result.summary["scored"] == 8
+
+
+def test_embeddings_are_saved_as_float16_when_asked(tmp_path):
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)
+    score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, save_embeddings=True)
+    table = pq.read_table(output_path(tmp_path / "out", "00000"))
+    assert table.schema.field("image_embedding").type == pa.list_(pa.float16())
+    image = np.array(table.column("image_embedding").to_pylist(), dtype=np.float32)
+    text = np.array(table.column("text_embedding").to_pylist(), dtype=np.float32)
+    np.testing.assert_allclose(np.linalg.norm(image, axis=1), 1.0, atol=2e-3)
+    # CLIP-S = 2.5 * max(cos, 0) from the saved (float16) embeddings, to float16's precision
+    cos = (image * text).sum(1) / np.linalg.norm(image, axis=1) / np.linalg.norm(text, axis=1)
+    np.testing.assert_allclose(2.5 * np.maximum(cos, 0), table.column("clipscore").to_numpy(), atol=5e-3)
