@@ -146,14 +146,17 @@ def run_on_ray(
     batch_size: int,
     embeddings: bool,
     score_columns: Sequence[str],
+    image_size: int,
     ray_address: str | None = None,
     num_workers: int | None = None,
     worker_gpus: float | None = None,
     worker_cpus: float | None = None,
-    image_size: int = 224,
     actor_class: type = ScoreActor,
 ) -> dict[str, str]:
     """Score ``shards`` on Ray and write each one's output file; returns ``{shard: why}`` for unreadable ones.
+
+    ``score_columns`` and ``image_size`` come from a ``RowScorer`` of the same metrics built on the driver
+    (``score_shards`` builds one first, so a model that cannot be loaded fails before Ray starts).
 
     ``actor_class`` is a ``ScoreActor`` (or a subclass: the fault-injection tests kill one mid-shard).
     """
@@ -174,7 +177,6 @@ def run_on_ray(
     actor_options = dict(options)
     if worker_gpus and actor_options.get("device") in (None, "cpu"):
         actor_options["device"] = "cuda"
-    size = image_size
     items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(
@@ -183,7 +185,7 @@ def run_on_ray(
             "caption_column": caption_column,
             "image_column": image_column,
             "batch_size": batch_size,
-            "image_size": size,
+            "image_size": image_size,
         },
         batch_size=1,
         num_cpus=1,

@@ -1,0 +1,170 @@
+"""The Ray Data engine on a local Ray started by the tests: equal to the local engine with 1 and 2 actors,
+a worker killed mid-shard (Ray restarts it), a driver killed mid-run (the rerun skips finished shards),
+damaged rows and unreadable shards reported, a missing model refused before any work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from capeval.corpus import ray_engine  # noqa: E402
+from capeval.corpus.shard_run import score_shards  # noqa: E402
+from capeval.testing.shapes import shapes_clip_path  # noqa: E402
+from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+
+pytestmark = pytest.mark.slow
+MODEL = str(shapes_clip_path())
+METRICS = ["clipscore", "refclipscore"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray")
+    write_shapes_shards(root / "in", shards=4, rows_per_shard=6, damaged=True)
+    local = score_shards(root / "in", root / "local", METRICS, model=MODEL, batch_size=4)
+    return root, local
+
+
+def _table(folder):
+    parts = [pq.read_table(f).to_pandas() for f in sorted((folder / "scores").glob("*.parquet"))]
+    return {
+        name: part
+        for name, part in zip(
+            sorted(p.stem for p in (folder / "scores").glob("*.parquet")), parts, strict=True
+        )
+    }
+
+
+def _assert_equal_to_local(root, out):
+    local, remote = _table(root / "local"), _table(out)
+    assert sorted(local) == sorted(remote)
+    for name in local:
+        a, b = local[name], remote[name]
+        assert list(a.key) == list(b.key) and list(a["index"]) == list(b["index"])
+        assert list(a.error.fillna("")) == list(b.error.fillna(""))
+        for column in ("clipscore", "refclipscore", "clip_s"):
+            np.testing.assert_allclose(b[column], a[column], atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ray_equals_the_local_engine_row_for_row(local_ray, corpus, workers):
+    root, local = corpus
+    out = root / f"ray{workers}"
+    result = score_shards(
+        root / "in", out, METRICS, model=MODEL, batch_size=4, engine="ray", num_workers=workers
+    )
+    _assert_equal_to_local(root, out)
+    assert result.summary["rows"] == 24 and result.summary["errors"] == 3
+    assert result.summary["error_kinds"] == local.summary["error_kinds"]
+    assert result.summary["mean"]["clipscore"] == pytest.approx(local.summary["mean"]["clipscore"], abs=1e-6)
+
+
+class DiesOnce(ray_engine.ScoreActor):
+    """Kills its worker process on its second batch, once (a marker file says whether it already did)."""
+
+    calls = 0
+    marker = ""  # set by the test; the class travels to the workers by value, attributes included
+
+    def __call__(self, batch):
+        self.calls += 1
+        if self.calls == 2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return super().__call__(batch)
+
+
+def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(local_ray, corpus, tmp_path):
+    from ray import cloudpickle  # Ray's own copy pickles the actor class
+
+    root, _ = corpus
+    marker = tmp_path / "died"
+    DiesOnce.marker = str(marker)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship DiesOnce to the workers by value
+    try:
+        from capeval.corpus.row_scoring import RowScorer
+        from capeval.corpus.shards import list_shards
+
+        out = tmp_path / "out"
+        driver_scorer = RowScorer(METRICS, {"model": MODEL})
+        failed = ray_engine.run_on_ray(
+            list_shards(root / "in"), out, METRICS, {"model": MODEL, "device": None, "dtype": "float32"},
+            caption_column=None, image_column=None, batch_size=4, embeddings=False,
+            score_columns=driver_scorer.columns(), image_size=driver_scorer.image_size, num_workers=1,
+            actor_class=DiesOnce,
+        )  # fmt: skip
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert marker.exists()  # the actor did die
+    assert failed == {}
+    (out / "run.json").write_text((root / "local" / "run.json").read_text())
+    _assert_equal_to_local(root, out)
+
+
+DRIVER = """
+import sys
+from capeval.corpus.shard_run import score_shards
+score_shards(sys.argv[1], sys.argv[2], ["clipscore", "refclipscore"], model=sys.argv[3], batch_size=4,
+             engine="ray", num_workers=1)
+"""
+
+
+def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
+    root, _ = corpus
+    ray.shutdown()  # each driver below starts its own local Ray, as a user's command would
+    out = tmp_path / "out"
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(DRIVER))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    driver = subprocess.Popen([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 180
+    while time.time() < deadline and not list((out / "scores").glob("*.parquet")):
+        time.sleep(0.05)
+    driver.kill()
+    driver.wait()
+    first = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
+    assert 1 <= len(first) <= 4
+    subprocess.run([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
+    assert {n: after[n] for n in first} == first  # finished shards were skipped, not rewritten
+    assert not list((out / "scores").glob(".*.tmp"))
+    _assert_equal_to_local(root, out)
+    keys = [k for t in _table(out).values() for k in t.key]
+    assert len(keys) == len(set(keys)) == 24
+
+
+def test_unreadable_shards_are_reported_and_a_missing_model_fails_before_any_work(
+    local_ray, corpus, tmp_path
+):
+    root, _ = corpus
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    (tmp_path / "in" / "00002.tar").write_bytes(b"not a tar" * 100)
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, engine="ray")
+    assert list(result.summary["failed_shards"]) == ["00002"]
+    assert result.summary["scored"] == 6
+    with pytest.raises((OSError, ValueError), match="no-such-model"):
+        score_shards(
+            tmp_path / "in",
+            tmp_path / "out2",
+            ["clipscore"],
+            model=str(tmp_path / "no-such-model"),
+            engine="ray",
+        )
+    assert not (tmp_path / "out2" / "scores").exists()
