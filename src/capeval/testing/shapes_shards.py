@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 from capeval.testing.shapes import example_items
+from capeval.testing.shapes_scenes import all_scenes
 
 SHARD_DIGITS = 5  # img2dataset: oom_shard_count for fewer than 100,000 shards
 SAMPLE_DIGITS = 4  # img2dataset: oom_sample_per_shard for up to 10,000 samples per shard
@@ -40,6 +41,7 @@ def write_shapes_shards(
     seed: int = 0,
     damaged: bool = False,
     kind: str = "webdataset",
+    image_size: tuple[int, int] = (96, 72),
 ) -> dict[str, dict]:
     """Write ``shards`` shards of the shapes world; returns ``{key: {"image", "caption", "references"}}``.
 
@@ -49,20 +51,22 @@ def write_shapes_shards(
             last shard is cut inside its last member's data (a truncated download). The returned dict
             still lists every sample written (the truncated one included).
         kind: ``"webdataset"`` (img2dataset's tars with their side files) or ``"parquet"``.
+        image_size: (width, height) of the drawn JPEGs (benchmarks use web-sized ones).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    items = list(example_items(n_images=shards * rows_per_shard, seed=seed, size=(96, 72)).values())
+    distinct = min(shards * rows_per_shard, len(all_scenes()))  # past the 75 scenes, samples repeat them
+    items = list(example_items(n_images=distinct, seed=seed, size=image_size).values())
     samples: dict[str, dict] = {}
     for s in range(shards):
         meta_rows = []
         tar_path = out / f"{s:0{SHARD_DIGITS}d}.tar"
         records = []
         for j in range(rows_per_shard):
-            item = items[s * rows_per_shard + j]
+            item = items[(s * rows_per_shard + j) % distinct]
             key = f"{s:0{SHARD_DIGITS}d}{j:0{SAMPLE_DIGITS}d}"
             image, caption = _jpeg(item["image"]), item["candidate"]
             if damaged and s == 1 and j == 1:
@@ -70,7 +74,7 @@ def write_shapes_shards(
             if damaged and s == 1 and j == 2:
                 caption = ""
             meta = {"url": f"https://example.invalid/{key}.jpg", "key": key, "status": "success",
-                    "error_message": None, "caption": caption, "width": 96, "height": 72,
+                    "error_message": None, "caption": caption, "width": image_size[0], "height": image_size[1],
                     "references": item["references"]}  # fmt: skip
             records.append((key, image, caption, meta))
             meta_rows.append({k: v for k, v in meta.items() if k != "references"})
