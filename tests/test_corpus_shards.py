@@ -14,10 +14,10 @@ import pytest
 
 import capeval
 from capeval.cli import main
-from capeval.diagnostics.categories import DamagedFileWarning
 from capeval.corpus.shard_outputs import output_path, top_fraction_threshold
 from capeval.corpus.shard_run import score_shards
 from capeval.corpus.shards import ShardReadError, list_shards, read_shard
+from capeval.diagnostics.categories import DamagedFileWarning
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
 
