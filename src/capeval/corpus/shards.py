@@ -80,7 +80,8 @@ def is_shard_source(source) -> bool:
             and not any(path.glob("*.jsonl"))
             and not (path / "state.json").exists()
         )
-    return any(ch in str(source) for ch in "*?[") and bool(glob.glob(str(source)))
+    matches = glob.glob(os.fspath(source)) if any(ch in os.fspath(source) for ch in "*?[") else []
+    return bool(matches) and all(m.endswith((".tar", ".parquet")) for m in matches)
 
 
 def list_shards(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Shard]:
