@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.npy_images import is_npy, npy_header, read_npy
 
 ImageInput = Any  # PIL.Image.Image | str | os.PathLike | np.ndarray | torch.Tensor | {"bytes", "path"}
@@ -392,9 +393,16 @@ def normalize_pixels(batch: torch.Tensor, mean: tuple, std: tuple) -> torch.Tens
 
 
 def preprocess_image(image: ImageInput, index: int, size: int) -> np.ndarray:
-    """Read and geometrically transform one input: (size, size, 3) uint8, ready for ``normalize_pixels``."""
+    """Read and geometrically transform one input: (size, size, 3) uint8, ready for ``normalize_pixels``.
+
+    ``size`` is a plain int for OpenAI CLIP's geometry, or a ``ProcessorGeometry`` (``Backbone.image_size`` of
+    the other families) for their image processor's.
+    """
     img = load_image(image, index)
     try:
+        if isinstance(size, ProcessorGeometry):
+            check_geometry(img.width, img.height)
+            return size.apply(img)
         return resize_and_crop(img, size)
     except (OSError, ValueError) as err:
         raise ValueError(
