@@ -58,7 +58,7 @@ def bert_tokenizer(folder: Path):
     return BertTokenizer.from_pretrained(str(folder), model_max_length=32)
 
 
-def siglip_tokenizer(folder: Path, max_length: int = 16):
+def siglip_tokenizer(folder: Path, max_length: int = 48):
     """SigLIP's T5-style SentencePiece tokenizer on a unigram model trained here (pad = ``</s>``, as released)."""
     import sentencepiece as spm
     from transformers import SiglipTokenizer
@@ -108,7 +108,7 @@ def build_tiny_family(name: str, folder: str | Path) -> Path:
     if name == "siglip":
         tok = siglip_tokenizer(folder / "_spm")
         config = tf.SiglipConfig(
-            text_config=_text(len(tok), 16, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
+            text_config=_text(len(tok), 48, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
             vision_config=_vision(),
         )
         images = tf.SiglipImageProcessorPil(size={"height": 32, "width": 32}, resample=3)
