@@ -276,3 +276,17 @@ def test_a_legacy_preprocessor_config_file_is_read_like_the_processor_entry(fami
     (folder / "preprocessor_config.json").write_text(json.dumps(entry))
     backbone = load_backbone(str(folder), device="cpu")
     assert backbone.image_size.describe() == "shortest_edge:40,crop:32x32"
+
+
+@pytest.mark.parametrize("name", ["align", "siglip"])
+def test_video_frames_are_prepared_once_by_the_familys_processor(family_dirs, name):
+    from capeval.clip.frame_encoding import encode_videos
+
+    folder = family_dirs[name]
+    rng = np.random.default_rng(11)
+    video = rng.integers(0, 256, (3, 45, 60, 3), dtype=np.uint8)  # (T, H, W, C), non-square frames
+    backbone = load_backbone(str(folder), device="cpu")
+    (frames,) = encode_videos(backbone, [video])
+    # ALIGN resizes to 40x40 and crops 32: a second pass over the 32x32 frame would resize it again.
+    expected, _ = _reference_embeddings(folder, name, ["a dog"], [Image.fromarray(f) for f in video])
+    torch.testing.assert_close(frames, expected, atol=1e-5, rtol=0)

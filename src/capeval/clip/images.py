@@ -365,7 +365,8 @@ def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
 
 
 def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
-    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB.
+    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB
+    (a ``ProcessorGeometry`` ``size``: that family's processor geometry instead).
 
     The image must pass ``check_geometry`` (checked here too) and ``check_sample_range`` (``load_image`` checks
     it): the resize costs size x (size x aspect ratio) pixels.
@@ -374,6 +375,10 @@ def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
         np.ndarray: (size, size, 3) uint8.
     """
     check_geometry(img.width, img.height)
+    if isinstance(
+        size, ProcessorGeometry
+    ):  # another family's processor geometry (video frames come here too)
+        return size.apply(img)
     w, h = img.size
     new_w, new_h = resized_size(w, h, size)
     if (new_w, new_h) != (w, h):
@@ -400,9 +405,6 @@ def preprocess_image(image: ImageInput, index: int, size: int) -> np.ndarray:
     """
     img = load_image(image, index)
     try:
-        if isinstance(size, ProcessorGeometry):
-            check_geometry(img.width, img.height)
-            return size.apply(img)
         return resize_and_crop(img, size)
     except (OSError, ValueError) as err:
         raise ValueError(
