@@ -81,7 +81,13 @@ class Family:
         """(config class, model class) from transformers."""
         import transformers
 
-        return getattr(transformers, self.config_class), getattr(transformers, self.model_class)
+        try:
+            return getattr(transformers, self.config_class), getattr(transformers, self.model_class)
+        except AttributeError as err:
+            raise ValueError(
+                f"model family {self.name} needs transformers' {self.model_class}, which transformers "
+                f"{transformers.__version__} installed here lacks: upgrade transformers"
+            ) from err
 
 
 CLIP = Family("clip", "CLIPModel", "CLIPConfig")
