@@ -981,7 +981,7 @@ def test_threads_meeting_a_new_tokenizer_build_its_word_cache_once(tiny_clip_dir
         ({"dtype": ["float16"]}, TypeError, "dtype must be one of"),
         ({"dtype": "int8"}, ValueError, "unsupported dtype 'int8'"),
         ({"prefix": "A photo | depicts"}, ValueError, r"prefix 'A photo \| depicts' contains '\|'"),
-        ({"prefix": None}, TypeError, "prefix must be a string"),
+        ({"prefix": 3}, TypeError, "prefix must be a string"),
         ({"num_workers": 0}, ValueError, "num_workers must be >= 1, got 0"),
         ({"num_workers": "4"}, TypeError, "num_workers must be an int >= 1 or None"),
         ({"progress": "no"}, TypeError, "progress must be True, False or None"),

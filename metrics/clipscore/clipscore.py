@@ -36,8 +36,10 @@ Args:
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same model (they are L2-normalised here).
     model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
-        "openai/clip-vit-base-patch32", the model of the paper.
-    prefix (`str`): prompt joined before every caption. Defaults to "A photo depicts".
+        "openai/clip-vit-base-patch32", the model of the paper. SigLIP, ALIGN, Chinese-CLIP, AltCLIP and
+        MetaCLIP 2 checkpoints are scored with their own conventions (README: "Model families").
+    prefix (`str`): prompt joined before every caption. None (default) is the model family's: "A photo depicts"
+        for English models, "" for multilingual and Chinese ones (AltCLIP, Chinese-CLIP, MetaCLIP 2).
     w (`float`): rescaling weight. Defaults to 2.5.
     batch_size (`int`): encoder batch size, halved automatically on GPU out-of-memory. Defaults to 64.
     device (`str`): "cpu", "cuda", "cuda:1", ...; None picks the first GPU if any, else the CPU.
@@ -105,7 +107,7 @@ class Clipscore(capeval.GuardedMetric, evaluate.Metric):
         videos=None,
         video_embeds=None,
         model=capeval.DEFAULT_MODEL,
-        prefix=capeval.PREFIX,
+        prefix=None,
         w=capeval.W_CLIP_S,
         batch_size=capeval.BATCH_SIZE,
         device=None,

@@ -38,7 +38,9 @@ Args:
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings.
     model (`str`): CLIP backbone, a Hub id or a local transformers folder.
         Defaults to "openai/clip-vit-base-patch32".
-    prefix (`str`): prompt joined before every caption and reference. Defaults to "A photo depicts".
+    prefix (`str`): prompt joined before every caption and reference. None (default) is the model
+        family's: "A photo depicts" for English models, "" for multilingual and Chinese ones (AltCLIP,
+        Chinese-CLIP, MetaCLIP 2).
     w (`float`): rescaling weight of CLIP-S. Defaults to 2.5.
     clip_reference_cosine (`bool`): clip the best-reference cosine at 0 (the paper's formula).
         Defaults to False (the authors' code).
@@ -118,7 +120,7 @@ class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
         videos=None,
         video_embeds=None,
         model=capeval.DEFAULT_MODEL,
-        prefix=capeval.PREFIX,
+        prefix=None,
         w=capeval.W_CLIP_S,
         clip_reference_cosine=False,
         batch_size=capeval.BATCH_SIZE,

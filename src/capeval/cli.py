@@ -246,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     score.add_argument("--batch-size", type=cli_type("batch_size", int, check_count), default=BATCH_SIZE)
     score.add_argument(
-        "--prefix", default=None, help='prompt before each caption (default "A photo depicts")'
+        "--prefix",
+        default=None,
+        help='prompt before each caption (default: the model family\'s, "A photo depicts" for English models)',
     )
     score.add_argument(
         "--w",

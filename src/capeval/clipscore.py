@@ -17,7 +17,6 @@ from capeval.clip.backbones import DEFAULT_MODEL, Backbone, load_backbone
 from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
-from capeval.clip.tokenization import PREFIX
 from capeval.diagnostics.categories import HarmonicMeanWarning, user_stacklevel
 from capeval.scores import (
     NEAR_ZERO_DENOMINATOR,
@@ -82,7 +81,8 @@ class CLIPScore:
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         batch_size: encoder batch size (halved automatically on GPU out-of-memory).
         prefix: prompt joined before every caption, as the authors' code does (no ``|``: it goes into the
-            signature).
+            signature). ``None`` (default): the model family's, ``"A photo depicts"`` (``PREFIX``) for English
+            models, ``""`` for multilingual and Chinese ones (``capeval.clip.families``).
         w: rescaling weight, a finite number > 0.
         num_workers: threads reading images ahead of the model (``None``: chosen by device).
         progress: progress bars (``None``: only for long runs on a terminal).
@@ -100,7 +100,7 @@ class CLIPScore:
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = BATCH_SIZE,
-        prefix: str = PREFIX,
+        prefix: str | None = None,
         w: float = W_CLIP_S,
         num_workers: int | None = None,
         progress: bool | None = None,
@@ -115,7 +115,10 @@ class CLIPScore:
         # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
         check_signature_text("model", self.backbone.name)
         self.batch_size = options["batch_size"]
-        self.prefix = options["prefix"]
+        # An English prompt means nothing to a multilingual or Chinese text tower: its family's default is "".
+        self.prefix = (
+            options["prefix"] if options["prefix"] is not None else self.backbone.family.default_prefix
+        )
         self.w = options["w"]
         self.num_workers = options["num_workers"]
         self.progress = options["progress"]

@@ -19,9 +19,10 @@ import torch
 
 from capeval.clip.backbones import DEFAULT_MODEL, Backbone, load_backbone
 from capeval.clip.batching import BATCH_SIZE
+from capeval.clip.families import pooled_token_id, token_projection, tokenize_texts
+from capeval.clip.families import signature_fields as family_fields
 from capeval.clip.frame_encoding import encode_videos, frame_embeddings
 from capeval.clip.text_encoding import encode_text_tokens
-from capeval.clip.tokenization import tokenize_captions
 from capeval.clip.video import NUM_FRAMES
 from capeval.emscore_matching import (
     IdfTable,
@@ -150,6 +151,9 @@ class EMScore:
         self.batch_padding = batch_padding
         self.idf = self._check_idf(idf)
         self.backbone, self.checkpoint_tag = _backbone(model, checkpoint, device, dtype)
+        token_projection(
+            self.backbone
+        )  # a family without per-token joint embeddings is refused here, by name
         check_signature_text("model", self.backbone.name)
         check_signature_text("checkpoint", self.checkpoint_tag)
         self.batch_size = options["batch_size"]
@@ -176,7 +180,8 @@ class EMScore:
     # -- weights -------------------------------------------------------------------------------------
     def _idf_table(self, cand_ids, ref_ids_flat) -> tuple[Mapping | None, str]:
         """The IDF mapping for this call (``None`` = uniform) and how the signature names it."""
-        eos = self.backbone.tokenizer.eos_token_id
+        # The token whose state is pooled (CLIP's end-of-text) takes the mean idf, as in the authors' code.
+        eos = pooled_token_id(self.backbone)
         if self.idf is False:
             return None, "false"
         if self.idf is True:
@@ -187,7 +192,7 @@ class EMScore:
         if isinstance(self.idf, IdfTable):  # check_idf_table's copy of the user's mapping
             items = sorted((k, round(v, 8)) for k, v in self.idf.items())
             return self.idf, f"table:{_digest([items, self.idf.default])}"
-        ids, _ = tokenize_captions(self.backbone.tokenizer, self.idf, self.backbone.context_length)
+        ids, _ = tokenize_texts(self.backbone, self.idf)
         return idf_from_token_ids(ids, eos), f"corpus:{len(self.idf)}:{_digest(self.idf)}"
 
     @staticmethod
@@ -237,6 +242,8 @@ class EMScore:
             options["checkpoint"] = self.checkpoint_tag
         if variant != TEXT:  # frames are normalised; named only where not OpenAI's constants
             options.update(self.backbone.signature_fields())
+        else:  # a family other than CLIP names itself and its text padding (nothing for CLIPModel)
+            options.update({k: v for k, v in family_fields(self.backbone).items() if k != "image_resize"})
         options["variant"] = variant.removeprefix("EMScore")
         if variant != TEXT:
             options["num_frames"] = "all" if self.num_frames is None else self.num_frames

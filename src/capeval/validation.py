@@ -260,13 +260,16 @@ def check_signature_text(name: str, value):
     return value
 
 
-def check_prefix(prefix) -> str:
-    """The prompt joined before every caption: a string without ``|`` (it is written into the signature).
+def check_prefix(prefix) -> str | None:
+    """The prompt joined before every caption: a string without ``|`` (it is written into the signature), or
+    ``None`` for the model family's default (``capeval.clip.families.Family.default_prefix``).
 
     Raises:
         TypeError: not a string.
         ValueError: a ``|`` in it.
     """
+    if prefix is None:
+        return None
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a string, got {_shown(prefix)}")
     if "|" in prefix:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from capeval.clip.checkpoints.files import check_finite, weights_sha256
+from capeval.clip.families import CLIP, Family
 from capeval.clip.image_constants import (
     PREPROCESSOR_FILE,
     ImageConstants,
@@ -49,6 +50,8 @@ class Backbone:
         weights: free-form tag of extra weights loaded on top (e.g. a PAC-S checkpoint), for signatures.
         origin: the known origin whose constants ``image_mean``/``image_std`` are
             (``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``), or ``None`` when the model's preprocessor config gave them.
+        family: the model class and its conventions (``capeval.clip.families``); for families other than CLIP,
+            ``image_size`` is a ``ProcessorGeometry`` and ``context_length`` the tokenizer's text length.
     """
 
     model: torch.nn.Module
@@ -63,6 +66,7 @@ class Backbone:
     context_length: int
     weights: str | None = None
     origin: str | None = None
+    family: Family = CLIP
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -75,12 +79,17 @@ class Backbone:
         return ImageConstants(tuple(self.image_mean), tuple(self.image_std), self.origin)
 
     def signature_fields(self) -> dict[str, str]:
-        """``image_mean``/``image_std`` for a signature when they differ from OpenAI CLIP's, else nothing."""
-        return self.image_constants.signature_fields()
+        """``image_mean``/``image_std`` for a signature when they differ from OpenAI CLIP's, else nothing; for
+        families other than CLIP also the family, its image geometry and its text padding."""
+        from capeval.clip.families import signature_fields
+
+        return {**self.image_constants.signature_fields(), **signature_fields(self)}
 
     @property
     def embed_dim(self) -> int:
-        return int(self.model.config.projection_dim)
+        from capeval.clip.families import embed_dim
+
+        return embed_dim(self.model.config)
 
     @property
     def dtype_name(self) -> str:
@@ -258,9 +267,11 @@ def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: 
     return path
 
 
-def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, ImageConstants]:
-    """Input size from the vision config; mean/std by origin or from preprocessor_config.json (never assumed)."""
-    size = int(config.vision_config.image_size)
+def _image_constants(
+    folder: Path, config, hub_id: str | None, family: Family = CLIP
+) -> tuple[int, ImageConstants]:
+    """Input size from the vision config; mean/std by origin or from preprocessor_config.json (never assumed).
+    Other families: geometry and constants from their image processor's file (``families.image_recipe``)."""
     pre: Path | None = folder / PREPROCESSOR_FILE
     if not pre.is_file() and hub_id is not None:
         from huggingface_hub import hf_hub_download
@@ -271,6 +282,11 @@ def _image_constants(folder: Path, config, hub_id: str | None) -> tuple[int, Ima
         except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
             pre = None
     where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
+    if not family.is_clip:
+        from capeval.clip.families import image_recipe
+
+        return image_recipe(where, folder, pre)
+    size = int(config.vision_config.image_size)
     origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
     return size, decide_image_constants(where, folder, pre, origins)
 
@@ -310,20 +326,27 @@ def load_backbone(
 
 
 def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Backbone:
-    from transformers import AutoTokenizer, CLIPConfig, CLIPModel
+    from transformers import AutoConfig, AutoTokenizer
+
+    from capeval.clip.families import family_of
 
     source = str(folder) if Path(os.path.expanduser(model)).is_dir() else model
     try:
-        config = CLIPConfig.from_pretrained(source)
-    except (OSError, ValueError) as err:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
-    if getattr(config, "model_type", None) != "clip":
-        raise ValueError(f"model {model!r} has model_type {config.model_type!r}; capeval needs a CLIP model")
+    family = family_of(config, f"model {model!r}")
+    if checkpoint is not None and not family.is_clip:
+        raise ValueError(
+            f"checkpoint {checkpoint!r}: PAC-S checkpoints fit CLIPModel backbones only, and model {model!r} is a "
+            f"{family.model_class}"
+        )
     hub = source != str(folder)
     if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
-        _check_tokenizer_files(folder, model, hub)
+        if family.is_clip:
+            _check_tokenizer_files(folder, model, hub)
         # Before the weights are read: a folder whose normalisation is unknown costs nothing to refuse.
-        size, constants = _image_constants(folder, config, None)
+        size, constants = _image_constants(folder, config, None, family)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -331,7 +354,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     try:
         # Explicit, so no transformers default can change it: pickled weights are read tensors-only, and no
         # code shipped with a model or tokenizer runs.
-        clip = CLIPModel.from_pretrained(source, config=config, weights_only=True, trust_remote_code=False)
+        clip = family.classes()[1].from_pretrained(
+            source, config=config, weights_only=True, trust_remote_code=False
+        )
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except pickle.UnpicklingError as err:
         raise _weights_refusal(folder, err) from err
@@ -347,10 +372,10 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    _check_tokenizer(tokenizer, config, folder, model, hub)
+    _check_tokenizer(tokenizer, config, folder, model, hub, family)
     if hub:
         # After the tokenizer check: a snapshot without tokenizer files is refused for that first.
-        size, constants = _image_constants(folder, config, model)
+        size, constants = _image_constants(folder, config, model, family)
     where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
     check_finite(clip.state_dict().items(), where)
     weights_tag = None
@@ -374,10 +399,19 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         image_size=size,
         image_mean=constants.mean,
         image_std=constants.std,
-        context_length=int(config.text_config.max_position_embeddings),
+        context_length=_context_length(family, tokenizer, config),
         weights=weights_tag,
         origin=constants.origin,
+        family=family,
     )
+
+
+def _context_length(family: Family, tokenizer, config) -> int:
+    if family.is_clip:
+        return int(config.text_config.max_position_embeddings)
+    from capeval.clip.families import text_length
+
+    return text_length(family, tokenizer, config.text_config)
 
 
 def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:
@@ -391,10 +425,15 @@ def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:
         )
 
 
-def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool) -> None:
+def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool, family: Family = CLIP) -> None:
     """Refuse a model without a working CLIP tokenizer (missing files load one that scores every caption 0)."""
     from capeval.clip.tokenizer_check import check_clip_tokenizer
 
+    if not family.is_clip:
+        from capeval.clip.families import check_tokenizer
+
+        where = f"model {model!r}" if hub else f"model folder {folder}"
+        return check_tokenizer(family, tokenizer, config.text_config, where)
     _check_tokenizer_files(folder, model, hub)
     check_clip_tokenizer(
         tokenizer, config.text_config, f"model {model!r}" if hub else f"model folder {folder}"

@@ -69,7 +69,9 @@ def encode_videos(
     def flush() -> None:
         if not pending:
             return
-        emb = encode_images(backbone, pending, batch_size=batch_size, num_workers=1, progress=False)
+        emb = encode_images(
+            backbone, pending, batch_size=batch_size, num_workers=1, progress=False, prepared=True
+        )
         start = 0
         for pos, count in owners:
             out[pos] = emb[start : start + count].clone()

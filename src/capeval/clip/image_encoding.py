@@ -214,6 +214,7 @@ def encode_images(
     num_workers: int | None = None,
     progress: bool | None = None,
     reader: str | None = None,
+    prepared: bool = False,
 ) -> torch.Tensor:
     """Embed images; the same image given several times is read and encoded once.
 
@@ -226,6 +227,8 @@ def encode_images(
         progress: show a progress bar (``None``: only for long runs on a terminal).
         reader: ``"processes"`` (readers in worker processes, no GIL shared with the model's thread),
             ``"threads"``, or ``None``: processes on a GPU when there are at least two batches, else threads.
+        prepared: the images are already at the model's input size, brought there by the family's geometry
+            (video frames from ``read_frames``): a non-CLIP family's resize is not applied a second time.
 
     Returns:
         torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order.
@@ -242,8 +245,10 @@ def encode_images(
     read = image_reader(reader, backbone.device, len(uniques), batch_size, workers)
     forward_size = _BatchSize(batch_size)
     pieces: list[torch.Tensor] = []
+    # OpenAI's geometry leaves a square image of the input size as it is; a processor's may not (resize, then crop).
+    size = int(backbone.image_size) if prepared else backbone.image_size
     with progress_bar(len(uniques), "images", progress) as bar:
-        for pixels in read(images, uniques, backbone.image_size, batch_size, workers, pin):
+        for pixels in read(images, uniques, size, batch_size, workers, pin):
             rows = list(range(len(pixels)))
             for chunk, emb in run_with_backoff(
                 lambda c, px=pixels: _image_forward(backbone, px[c[0] : c[-1] + 1]),

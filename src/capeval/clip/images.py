@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.npy_images import is_npy, npy_header, read_npy
 
 ImageInput = Any  # PIL.Image.Image | str | os.PathLike | np.ndarray | torch.Tensor | {"bytes", "path"}
@@ -364,7 +365,8 @@ def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
 
 
 def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
-    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB.
+    """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB
+    (a ``ProcessorGeometry`` ``size``: that family's processor geometry instead).
 
     The image must pass ``check_geometry`` (checked here too) and ``check_sample_range`` (``load_image`` checks
     it): the resize costs size x (size x aspect ratio) pixels.
@@ -373,6 +375,10 @@ def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
         np.ndarray: (size, size, 3) uint8.
     """
     check_geometry(img.width, img.height)
+    if isinstance(
+        size, ProcessorGeometry
+    ):  # another family's processor geometry (video frames come here too)
+        return size.apply(img)
     w, h = img.size
     new_w, new_h = resized_size(w, h, size)
     if (new_w, new_h) != (w, h):
@@ -392,7 +398,11 @@ def normalize_pixels(batch: torch.Tensor, mean: tuple, std: tuple) -> torch.Tens
 
 
 def preprocess_image(image: ImageInput, index: int, size: int) -> np.ndarray:
-    """Read and geometrically transform one input: (size, size, 3) uint8, ready for ``normalize_pixels``."""
+    """Read and geometrically transform one input: (size, size, 3) uint8, ready for ``normalize_pixels``.
+
+    ``size`` is a plain int for OpenAI CLIP's geometry, or a ``ProcessorGeometry`` (``Backbone.image_size`` of
+    the other families) for their image processor's.
+    """
     img = load_image(image, index)
     try:
         return resize_and_crop(img, size)

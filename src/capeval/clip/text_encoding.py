@@ -31,7 +31,8 @@ from capeval.clip.batching import (
     run_with_backoff,
     unique_indices,
 )
-from capeval.clip.tokenization import tokenize_captions, with_prefix
+from capeval.clip.families import text_batch, token_projection, tokenize_texts
+from capeval.clip.tokenization import with_prefix
 from capeval.diagnostics.categories import TruncationWarning, user_stacklevel
 
 FIRST_WINDOW = 1024  # distinct captions tokenised before the first forward pass
@@ -87,7 +88,7 @@ class CaptionIds:
         """Token ids of the distinct strings in ``window`` (touches no state: safe on another thread)."""
         bb = self._backbone
         texts = [self.strings[i] for i in self._by_length[window.start : window.stop]]
-        return tokenize_captions(bb.tokenizer, texts, bb.context_length)
+        return tokenize_texts(bb, texts)
 
     def add(self, window: range, tokenized: tuple[list[list[int]], int]) -> list[int]:
         """Record a window's ids (windows in order); returns the positions in ``ids`` first seen there."""
@@ -113,9 +114,14 @@ class CaptionIds:
     def warn_truncated(self) -> None:
         """A ``TruncationWarning`` counting the captions cut to the context length, at the caller's line."""
         if self.n_truncated:
+            how = (
+                "as clip.tokenize(truncate=True) does"
+                if self._backbone.family.is_clip
+                else f"by the {type(self._backbone.tokenizer).__name__}'s own truncation"
+            )
             what = (
                 f"caption(s) longer than {self._backbone.context_length} tokens were truncated (end-of-text kept, "
-                "as clip.tokenize(truncate=True) does)"
+                f"{how})"
             )
             warnings.warn(
                 TruncationWarning(f"{self.n_truncated} {what}", what=what, count=self.n_truncated),
@@ -181,18 +187,17 @@ def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 @torch.inference_mode()
 def _text_forward(backbone: Backbone, ids: list[tuple[int, ...]], want_tokens: bool):
     """Pooled (B, D) embeddings left on the device; with ``want_tokens`` also per-token (L_i, D) on the CPU."""
-    pad = backbone.tokenizer.pad_token_id
-    pad = backbone.tokenizer.eos_token_id if pad is None else pad
-    input_ids, mask = pad_batch(ids, pad)
+    # CLIP: right padding to the longest, with the mask; SigLIP: to its fixed length, no mask (families.py).
+    input_ids, mask, starts = text_batch(backbone, ids, pad_batch)
     input_ids = input_ids.to(backbone.device, non_blocking=True)
-    mask = mask.to(backbone.device, non_blocking=True)
-    out = backbone.model.get_text_features(input_ids=input_ids, attention_mask=mask)
+    masks = {} if mask is None else {"attention_mask": mask.to(backbone.device, non_blocking=True)}
+    out = backbone.model.get_text_features(input_ids=input_ids, **masks)
     pooled = F.normalize(out.pooler_output.float(), dim=-1)
     if not want_tokens:
         return pooled
-    tokens = backbone.model.text_projection(out.last_hidden_state)
+    tokens = token_projection(backbone)(out.last_hidden_state)
     tokens = F.normalize(tokens.float(), dim=-1).cpu()
-    return pooled, [tokens[row, : len(x)] for row, x in enumerate(ids)]
+    return pooled, [tokens[row, s : s + len(x)] for row, (s, x) in enumerate(zip(starts, ids, strict=True))]
 
 
 def encode_batches(

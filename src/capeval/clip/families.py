@@ -1,0 +1,386 @@
+"""Dual-encoder families: which transformers model classes capeval scores with, and each one's conventions.
+
+A family is decided by the ``model_type`` of a model's ``config.json``. Each keeps what it was trained with:
+
+- its image processor's geometry and normalisation, read by transformers itself from the model's
+  ``preprocessor_config.json`` (so a key the file omits takes the processor class's default), turned into
+  ``capeval.clip.image_geometry.ProcessorGeometry`` and per-channel constants for the fast uint8 path;
+- its tokenizer, run as it is (its own lower-casing, special tokens, truncation that keeps the closing token);
+- its text padding: SigLIP pools the hidden state at the *last* position, a pad token in training (big_vision
+  padded every text to 64 tokens and gave the tower no attention mask; transformers' ``SiglipModel`` docs: "make
+  sure to set padding='max_length' as that's how the model was trained"), so its texts are padded to the
+  tokenizer's length on the tokenizer's side and no mask is passed. The other towers either attend causally and
+  pool at end-of-text (CLIP, MetaCLIP 2) or are bidirectional with an attention mask and pool at the first token
+  (ALIGN, Chinese-CLIP, AltCLIP): padding cannot change their pooled output, so they are padded to the longest
+  caption of a batch, with the mask.
+
+Per-token joint-space embeddings (EMScore's fine-grained matching): in every family here the pooled text embedding
+is a linear map applied to the final hidden state of one position (CLIP and MetaCLIP 2: ``text_projection`` of the
+layer-normed end-of-text state; SigLIP: ``text_model.head`` of the layer-normed last position; ALIGN, Chinese-CLIP
+and AltCLIP: ``text_projection`` of the first, [CLS], state). Applying the same map to every position gives token
+embeddings in the space the pooled one lives in, which is how EMScore's authors defined them for CLIP. A family
+whose pooling is not such a map has ``token_projection = None`` and EMScore refuses it by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from capeval.clip.image_constants import PREPROCESSOR_FILE, ImageConstants
+from capeval.clip.image_geometry import ProcessorGeometry
+from capeval.clip.tokenization import PREFIX, tokenize_captions
+
+PROCESSOR_FILE = "processor_config.json"  # transformers 5 processors save the image processor's settings here
+_UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
+
+
+@dataclass(frozen=True)
+class Family:
+    """What scoring with one transformers model class needs.
+
+    Attributes:
+        name: the config's ``model_type`` (``clip``, ``siglip``, ...).
+        model_class: the transformers class loaded.
+        config_class: its config class.
+        text_padding: ``"longest"`` (to the longest caption of a batch, with an attention mask) or
+            ``"max_length"`` (to the text length, on the tokenizer's side, no mask: SigLIP).
+        multilingual: trained on captions in many languages (or Chinese only): no English prompt by default.
+        token_projection: attribute path of the linear map from final hidden states to the joint space
+            (``None``: no per-token joint embedding, EMScore refuses the family).
+        max_length: the text length its processor pads/truncates to when the tokenizer does not say
+            (``None``: the tokenizer's ``model_max_length``).
+        positions_after_pad: RoBERTa-style position ids, numbered from ``pad_token_id + 1`` (AltCLIP).
+        pools_first: the pooled text state is the first token's ([CLS]), not end-of-text's.
+    """
+
+    name: str
+    model_class: str
+    config_class: str
+    text_padding: str = "longest"
+    multilingual: bool = False
+    token_projection: str | None = "text_projection"
+    max_length: int | None = None
+    positions_after_pad: bool = False
+    pools_first: bool = False
+
+    @property
+    def default_prefix(self) -> str:
+        """The prompt when none is given: CLIP-S's English one, or none for multilingual/Chinese models."""
+        return "" if self.multilingual else PREFIX
+
+    @property
+    def is_clip(self) -> bool:
+        return self.name == "clip"
+
+    def classes(self):
+        """(config class, model class) from transformers."""
+        import transformers
+
+        try:
+            return getattr(transformers, self.config_class), getattr(transformers, self.model_class)
+        except AttributeError as err:
+            raise ValueError(
+                f"model family {self.name} needs transformers' {self.model_class}, which transformers "
+                f"{transformers.__version__} installed here lacks: upgrade transformers"
+            ) from err
+
+
+CLIP = Family("clip", "CLIPModel", "CLIPConfig")
+FAMILIES: dict[str, Family] = {
+    "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
+    "siglip": Family(
+        "siglip", "SiglipModel", "SiglipConfig", text_padding="max_length", token_projection="text_model.head"
+    ),  # SigLIP and the fixed-resolution SigLIP 2 checkpoints (model_type "siglip", Gemma tokenizer)
+    # AlignProcessor's text defaults: padding="max_length", max_length=64 (transformers processing_align.py).
+    "align": Family("align", "AlignModel", "AlignConfig", max_length=64, pools_first=True),
+    "chinese_clip": Family(
+        "chinese_clip", "ChineseCLIPModel", "ChineseCLIPConfig", multilingual=True, pools_first=True
+    ),
+    "altclip": Family(
+        "altclip",
+        "AltCLIPModel",
+        "AltCLIPConfig",
+        multilingual=True,
+        positions_after_pad=True,
+        pools_first=True,
+    ),
+    "metaclip_2": Family("metaclip_2", "MetaClip2Model", "MetaClip2Config", multilingual=True),
+}
+# Families transformers has but the fixed-size uint8 image pipeline cannot feed, with the reason.
+REFUSED: dict[str, str] = {
+    "siglip2": (
+        "Siglip2Model is SigLIP 2's NaFlex variant: its processor cuts each image into a variable number of "
+        "patches at its own aspect ratio (pixel_attention_mask, spatial_shapes), which capeval's fixed-size image "
+        "batches do not carry. The fixed-resolution SigLIP 2 checkpoints (google/siglip2-base-patch16-224, ...) "
+        "are SiglipModel and are supported"
+    ),
+}
+# Image processors whose steps the uint8 path reproduces (resize, centre crop, rescale, normalise; EfficientNet's
+# rescale offset and include_top division too); the PIL backend's name carries a "Pil" suffix.
+_IMAGE_PROCESSORS = {
+    "CLIPImageProcessor",
+    "SiglipImageProcessor",
+    "ChineseCLIPImageProcessor",
+    "EfficientNetImageProcessor",
+}
+
+
+def family_of(config, where: str) -> Family:
+    """The family of a loaded config, by its ``model_type``.
+
+    Raises:
+        ValueError: a family capeval refuses (named, with the reason), or one it does not know (the supported
+            ones listed), or a model class without ``get_image_features`` and ``get_text_features``.
+    """
+    model_type = getattr(config, "model_type", None)
+    if model_type in REFUSED:
+        raise ValueError(
+            f"{where} has model_type {model_type!r}, which capeval does not score: {REFUSED[model_type]}"
+        )
+    family = FAMILIES.get(model_type)
+    if family is None:
+        known = ", ".join(f"{f.name} ({f.model_class})" for f in FAMILIES.values())
+        raise ValueError(
+            f"{where} has model_type {model_type!r}: not a dual encoder capeval knows. Supported families: {known}"
+        )
+    _, model_class = family.classes()
+    missing = [m for m in ("get_image_features", "get_text_features") if not hasattr(model_class, m)]
+    if missing:
+        raise ValueError(f"{where}: {family.model_class} has no {' or '.join(missing)}; capeval needs both")
+    return family
+
+
+def embed_dim(config) -> int:
+    """The joint embedding size: ``projection_dim``, or SigLIP's text ``projection_size``."""
+    dim = getattr(config, "projection_dim", None)
+    if dim is None:
+        dim = config.text_config.projection_size
+    return int(dim)
+
+
+# -- images ------------------------------------------------------------------------------------------------
+
+
+def image_recipe(
+    where: str, folder: Path, preprocessor: Path | None
+) -> tuple[ProcessorGeometry, ImageConstants]:
+    """The geometry and effective normalisation of a non-CLIP family, from its ``preprocessor_config.json`` (or
+    the ``image_processor`` entry of the ``processor_config.json`` that transformers 5 processors save).
+
+    The processor computes ``((u * s - offset) - mean) / std`` (then ``/ std`` again with EfficientNet's
+    ``include_top``) on uint8 values ``u``; with ``p = u / 255`` that is ``(p - mean') / std'`` where
+    ``mean' = (mean + offset) / (255 s)`` and ``std' = std * top / (255 s)``: the constants returned.
+
+    Raises:
+        ValueError: no such file (named), a processor whose steps capeval does not reproduce (named), or an
+            output that is not square.
+    """
+    if preprocessor is not None and preprocessor.is_file():
+        source = preprocessor
+    elif _has_image_processor(folder / PROCESSOR_FILE):
+        source = folder / PROCESSOR_FILE
+    else:
+        raise ValueError(
+            f"{where} has neither {PREPROCESSOR_FILE} nor a {PROCESSOR_FILE} with an image_processor entry (looked "
+            f"in {folder}): its image processor (resize, crop, mean/std) is unknown, so its images cannot be "
+            "prepared as it was trained. Add the file of the checkpoint it comes from"
+        )
+    from transformers import AutoImageProcessor
+
+    try:
+        proc = AutoImageProcessor.from_pretrained(str(source.parent), trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{where}: {source} could not be read as an image processor ({err})") from err
+    kind = type(proc).__name__.removesuffix("Pil").removesuffix("Fast")
+    if kind not in _IMAGE_PROCESSORS:
+        raise ValueError(
+            f"{where}: its image processor is {type(proc).__name__}, whose steps capeval does not reproduce "
+            f"(it reproduces {', '.join(sorted(_IMAGE_PROCESSORS))})"
+        )
+    if not getattr(proc, "do_resize", True) or getattr(proc, "do_pad", False):
+        raise ValueError(
+            f"{where}: {preprocessor} sets do_resize=false or do_pad=true; capeval needs a fixed size"
+        )
+    return _geometry(where, proc), _constants(where, proc)
+
+
+def _has_image_processor(path: Path) -> bool:
+    try:
+        return path.is_file() and isinstance(json.loads(path.read_text()).get("image_processor"), dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def _geometry(where: str, proc) -> ProcessorGeometry:
+    size = proc.size if isinstance(proc.size, dict) else dict(proc.size)
+    if size.get("height") and size.get("width"):
+        resize, out = (
+            ("exact", int(size["height"]), int(size["width"])),
+            (int(size["height"]), int(size["width"])),
+        )
+    elif size.get("shortest_edge") and not size.get("longest_edge"):
+        resize, out = ("shortest_edge", int(size["shortest_edge"])), None
+    else:
+        raise ValueError(f"{where}: image size {size} is neither height x width nor a shortest edge")
+    crop = None
+    if getattr(proc, "do_center_crop", False):
+        crop_size = dict(proc.crop_size)
+        crop = out = (int(crop_size["height"]), int(crop_size["width"]))
+    if out is None or out[0] != out[1]:
+        raise ValueError(
+            f"{where}: its processor gives {'unbounded' if out is None else out} images, not square ones"
+        )
+    resample = proc.resample if proc.resample is not None else 2  # PilBackend.resize: BILINEAR when unset
+    return ProcessorGeometry(out[0], resize, crop, int(resample))
+
+
+def _channels(value) -> list[float]:
+    return [float(value)] * 3 if isinstance(value, (int, float)) else [float(v) for v in value]
+
+
+def _constants(where: str, proc) -> ImageConstants:
+    scale = float(proc.rescale_factor) * 255 if getattr(proc, "do_rescale", True) else 255.0
+    offset = 1.0 if getattr(proc, "do_rescale", True) and getattr(proc, "rescale_offset", False) else 0.0
+    normalize = getattr(proc, "do_normalize", True)
+    mean = _channels(proc.image_mean) if normalize else [0.0] * 3
+    std = _channels(proc.image_std) if normalize else [1.0] * 3
+    top = _channels(proc.image_std) if getattr(proc, "include_top", False) else [1.0] * 3
+    eff_mean = tuple((m + offset) / scale for m in mean)
+    eff_std = tuple(s * t / scale for s, t in zip(std, top, strict=True))
+    if not all(math.isfinite(v) for v in eff_mean + eff_std) or min(eff_std) <= 0:
+        raise ValueError(
+            f"{where}: its processor's rescale/mean/std give no usable normalisation ({eff_mean}, {eff_std})"
+        )
+    return ImageConstants(eff_mean, eff_std, None)
+
+
+# -- texts -------------------------------------------------------------------------------------------------
+
+
+def text_length(family: Family, tokenizer, text_config) -> int:
+    """Text positions a caption may use: the processor's or tokenizer's length, within the tower's positions.
+
+    RoBERTa-style towers (AltCLIP) number positions from ``pad_token_id + 1``, so they hold that many fewer.
+    """
+    positions = int(text_config.max_position_embeddings)
+    if family.positions_after_pad:
+        positions -= int(getattr(text_config, "pad_token_id", 0) or 0) + 1
+    stated = family.max_length
+    if stated is None:
+        stated = int(tokenizer.model_max_length) if tokenizer.model_max_length < _UNBOUNDED else positions
+    return min(stated, positions)
+
+
+def check_tokenizer(family: Family, tokenizer, text_config, where: str) -> None:
+    """Refuse a tokenizer that cannot feed the family's text tower (ids past its embeddings, no pad token where
+    texts are padded to a fixed length, nothing but special tokens for a plain sentence)."""
+    problems = []
+    vocab = int(text_config.vocab_size)
+    if len(tokenizer) > vocab:
+        problems.append(f"its {len(tokenizer)} tokens exceed the model's {vocab} token embeddings")
+    if family.text_padding == "max_length" and tokenizer.pad_token_id is None:
+        problems.append("it has no pad token, and this family's texts are padded to a fixed length")
+    ids = list(tokenizer("a photo of a dog", add_special_tokens=True)["input_ids"])
+    if not ids or max(ids) >= vocab:
+        problems.append(
+            f"it tokenises 'a photo of a dog' to {ids[:16]}, outside the model's {vocab} embeddings"
+        )
+    if problems:
+        raise ValueError(
+            f"{where} has no working tokenizer for its {family.model_class} ({type(tokenizer).__name__}): "
+            + "; ".join(problems)
+        )
+
+
+def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
+    """Token ids of captions for ``backbone`` (prefix already joined) and how many were cut to its length.
+
+    CLIP: the authors' cleaning and BPE (``tokenize_captions``). Other families: their tokenizer as it is, cutting
+    over-long captions with its own truncation (which keeps the closing special token).
+    """
+    family = getattr(backbone, "family", CLIP)
+    if family.is_clip:
+        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length)
+    tok, limit = backbone.tokenizer, backbone.context_length
+    if not texts:
+        return [], 0
+    encoded = [
+        list(x)
+        for x in tok(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+    ]
+    long_rows = [i for i, ids in enumerate(encoded) if len(ids) > limit]
+    if long_rows:
+        cut = tok([texts[i] for i in long_rows], add_special_tokens=True, truncation=True, max_length=limit)
+        for i, ids in zip(long_rows, cut["input_ids"], strict=True):
+            encoded[i] = list(ids)
+    return encoded, len(long_rows)
+
+
+def text_batch(backbone, ids, pad_batch) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """The text tower's inputs for a batch of id sequences: (input_ids (B, L), attention mask or None, the
+    position of each sequence's first token).
+
+    Args:
+        pad_batch: ``capeval.clip.text_encoding.pad_batch`` (right padding to the longest, with the mask).
+    """
+    family = getattr(backbone, "family", CLIP)
+    tok = backbone.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if family.text_padding != "max_length":
+        input_ids, mask = pad_batch(ids, pad)
+        return input_ids, mask, [0] * len(ids)
+    length = backbone.context_length
+    input_ids = torch.full((len(ids), length), pad, dtype=torch.long)
+    left = getattr(tok, "padding_side", "right") == "left"
+    starts = []
+    for row, x in enumerate(ids):
+        start = length - len(x) if left else 0
+        input_ids[row, start : start + len(x)] = torch.tensor(x, dtype=torch.long)
+        starts.append(start)
+    return input_ids, None, starts
+
+
+def token_projection(backbone):
+    """The linear map from the text tower's final hidden states to the joint space (EMScore's token embeddings).
+
+    Raises:
+        ValueError: the family has none (named, with the reason).
+    """
+    family = getattr(backbone, "family", CLIP)
+    if family.token_projection is None:
+        raise ValueError(
+            f"model family {family.name} ({family.model_class}) has no per-token text embedding in the joint space "
+            "(its pooled text embedding is not one linear map of a position's hidden state), so EMScore's "
+            "fine-grained matching is undefined for it"
+        )
+    module = backbone.model
+    for part in family.token_projection.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def pooled_token_id(backbone) -> int:
+    """The id of the token whose final state the text tower pools: [CLS] (``<s>``) for towers that pool the first
+    token, else end-of-text. EMScore gives it the corpus's mean idf, as its authors give CLIP's end-of-text."""
+    family = getattr(backbone, "family", CLIP)
+    tok = backbone.tokenizer
+    if family.pools_first:
+        return tok.cls_token_id if tok.cls_token_id is not None else tok.bos_token_id
+    return tok.eos_token_id
+
+
+def signature_fields(backbone) -> dict[str, str]:
+    """What a non-CLIP family changes in a score, for signatures (nothing for CLIPModel: its signatures stay)."""
+    family = getattr(backbone, "family", CLIP)
+    if family.is_clip:
+        return {}
+    fields = {"family": family.name}
+    if isinstance(backbone.image_size, ProcessorGeometry):
+        fields["image_resize"] = backbone.image_size.describe()
+    fields["text"] = f"{family.text_padding}:{backbone.context_length}"
+    return fields
