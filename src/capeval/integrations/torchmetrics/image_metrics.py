@@ -40,7 +40,7 @@ class CLIPScore(CapevalMetric):
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = BATCH_SIZE,
-        prefix: str = PREFIX,
+        prefix: str | None = None,  # the family's: "A photo depicts" for English models
         w: float = W_CLIP_S,
         num_workers: int | None = None,
         progress: bool | None = None,
@@ -81,7 +81,7 @@ class RefCLIPScore(CapevalMetric):
         device: str | None = None,
         dtype: str = "float32",
         batch_size: int = BATCH_SIZE,
-        prefix: str = PREFIX,
+        prefix: str | None = None,  # the family's: "A photo depicts" for English models
         w: float = W_CLIP_S,
         num_workers: int | None = None,
         progress: bool | None = None,
