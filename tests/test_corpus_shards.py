@@ -189,6 +189,19 @@ def test_an_unreadable_shard_is_reported_and_the_others_scored(tmp_path):
     assert summary["failed_shards"] == result.summary["failed_shards"]
 
 
+def test_a_parquet_shard_without_the_columns_is_reported_when_the_first_has_them(tmp_path):
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3, kind="parquet")
+    # The first shard's columns are checked before any work; a later shard lacking them fails alone.
+    table = pq.read_table(tmp_path / "in" / "00001.parquet").rename_columns(
+        ["key", "jpg", "alt", "references"]
+    )
+    pq.write_table(table, tmp_path / "in" / "00001.parquet")
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
+    assert list(result.summary["failed_shards"]) == ["00001"]
+    assert "its columns: ['key', 'jpg', 'alt', 'references']" in result.summary["failed_shards"]["00001"]
+    assert result.summary["scored"] == 3 and result.summary["shards"] == 1
+
+
 def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
     with pytest.raises(

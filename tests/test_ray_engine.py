@@ -1,6 +1,7 @@
 """The Ray Data engine on a local Ray started by the tests: equal to the local engine with 1 and 2 actors,
 a worker killed mid-shard (Ray restarts it), a driver killed mid-run (the rerun skips finished shards),
-damaged rows and unreadable shards reported, a missing model refused before any work."""
+damaged rows and unreadable shards reported, a missing model refused before any work, a model that the
+actors cannot load failing the run at once."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def local_ray():
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
     write_shapes_shards(root / "in", shards=4, rows_per_shard=6, damaged=True)
-    local = score_shards(root / "in", root / "local", METRICS, model=MODEL, batch_size=4)
+    local = score_shards(
+        root / "in", root / "local", METRICS, model=MODEL, batch_size=4, save_embeddings=True
+    )
     return root, local
 
 
@@ -60,6 +63,10 @@ def _assert_equal_to_local(root, out):
         assert list(a.error.fillna("")) == list(b.error.fillna(""))
         for column in ("clipscore", "refclipscore", "clip_s"):
             np.testing.assert_allclose(b[column], a[column], atol=1e-5, equal_nan=True)
+        if "image_embedding" in b:
+            for column in ("image_embedding", "text_embedding"):
+                # float16 of the same float32 vectors: at most one float16 step (2**-11 near 0.1) apart
+                np.testing.assert_allclose(np.stack(b[column]), np.stack(a[column]), atol=1e-3)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -67,12 +74,26 @@ def test_ray_equals_the_local_engine_row_for_row(local_ray, corpus, workers):
     root, local = corpus
     out = root / f"ray{workers}"
     result = score_shards(
-        root / "in", out, METRICS, model=MODEL, batch_size=4, engine="ray", num_workers=workers
-    )
+        root / "in", out, METRICS, model=MODEL, batch_size=4, engine="ray", num_workers=workers,
+        save_embeddings=True, top_fraction=0.3,
+    )  # fmt: skip
     _assert_equal_to_local(root, out)
     assert result.summary["rows"] == 24 and result.summary["errors"] == 3
+    # write_shapes_shards(damaged=True): shard 1's 2nd sample a corrupt JPEG, its 3rd an empty caption, the
+    # last shard cut inside its last member; each keeps its key, with why.
+    errors = {
+        k: e for t in _table(out).values() for k, e in zip(t.key, t.error, strict=True) if isinstance(e, str)
+    }
+    assert sorted(errors) == ["000010001", "000010002", "000030005"]
+    assert errors["000010001"].startswith("image of 000010001 cannot be read")
+    assert errors["000010002"] == "sample 000010002 has an empty caption (.txt)"
+    assert "truncated" in errors["000030005"] or "tar ends inside a member" in errors["000030005"]
     assert result.summary["error_kinds"] == local.summary["error_kinds"]
     assert result.summary["mean"]["clipscore"] == pytest.approx(local.summary["mean"]["clipscore"], abs=1e-6)
+    # DataComp's cut over the 21 scored rows: the score at position int(21 * 0.3) = 6 of the descending pool
+    pool = np.sort(np.concatenate([t.clipscore.dropna() for t in _table(out).values()]))[::-1]
+    assert result.summary["threshold"] == pool[6]
+    assert result.summary["kept"] == int((pool >= pool[6]).sum()) >= 7
 
 
 class DiesOnce(ray_engine.ScoreActor):
@@ -116,6 +137,43 @@ def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(lo
     _assert_equal_to_local(root, out)
 
 
+def test_unreadable_shards_are_reported_and_a_missing_model_fails_before_any_work(
+    local_ray, corpus, tmp_path
+):
+    root, _ = corpus
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    (tmp_path / "in" / "00002.tar").write_bytes(b"not a tar" * 100)
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, engine="ray")
+    assert list(result.summary["failed_shards"]) == ["00002"]
+    assert result.summary["scored"] == 6
+    with pytest.raises((OSError, ValueError), match="no-such-model"):
+        score_shards(
+            tmp_path / "in",
+            tmp_path / "out2",
+            ["clipscore"],
+            model=str(tmp_path / "no-such-model"),
+            engine="ray",
+        )
+    assert not (tmp_path / "out2" / "scores").exists()
+    write_shapes_shards(tmp_path / "pq", shards=1, rows_per_shard=2, kind="parquet")
+    with pytest.raises(
+        ValueError, match=r"has no caption column 'alt'; its columns: \['key', 'jpg', 'caption'"
+    ):
+        score_shards(tmp_path / "pq", tmp_path / "out3", ["clipscore"], model=MODEL, engine="ray",
+                     caption_column="alt")  # fmt: skip
+    assert not (tmp_path / "out3").exists()
+
+
+def test_a_model_the_actors_cannot_load_fails_the_run_at_once(local_ray, corpus, tmp_path):
+    root, _ = corpus
+    # The driver checks the model on its CPU; every actor is then asked for a GPU that does not exist.
+    with pytest.raises(RuntimeError, match=r"a Ray actor could not load the models .*cuda:99"):
+        score_shards(
+            root / "in", tmp_path / "out", ["clipscore"], model=MODEL, engine="ray", device="cuda:99"
+        )
+    assert not list((tmp_path / "out" / "scores").glob("*.parquet"))
+
+
 DRIVER = """
 import sys
 from capeval.corpus.shard_run import score_shards
@@ -148,23 +206,3 @@ def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
     _assert_equal_to_local(root, out)
     keys = [k for t in _table(out).values() for k in t.key]
     assert len(keys) == len(set(keys)) == 24
-
-
-def test_unreadable_shards_are_reported_and_a_missing_model_fails_before_any_work(
-    local_ray, corpus, tmp_path
-):
-    root, _ = corpus
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
-    (tmp_path / "in" / "00002.tar").write_bytes(b"not a tar" * 100)
-    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, engine="ray")
-    assert list(result.summary["failed_shards"]) == ["00002"]
-    assert result.summary["scored"] == 6
-    with pytest.raises((OSError, ValueError), match="no-such-model"):
-        score_shards(
-            tmp_path / "in",
-            tmp_path / "out2",
-            ["clipscore"],
-            model=str(tmp_path / "no-such-model"),
-            engine="ray",
-        )
-    assert not (tmp_path / "out2" / "scores").exists()

@@ -11,10 +11,13 @@ The pipeline, streamed by Ray Data:
 4. the driver collects the scored rows per shard and writes a shard's file, atomically, as soon as all
    its rows have arrived. A killed driver loses only the shards in flight; a rerun skips the rest.
 
-Ray Data retries a read task whose worker died and restarts a dead actor, resubmitting its batches (its
-defaults: ``max_retries=-1`` for tasks, ``max_restarts=-1``/``max_task_retries=-1`` for actor pools); the
-driver keeps each row index of a shard once, so a batch delivered twice is not written twice. A shard that cannot be read comes
-back as one failure row and is reported in the summary. The values are those of the local engine: the same
+Worker loss is Ray's to cover, with limits set here rather than Ray Data's defaults (which retry forever):
+a read task whose worker died is run again (``READ_TASK_RETRIES``); a dead actor is restarted
+(``ACTOR_RESTARTS``) and its batches resubmitted (``BATCH_RETRIES``), so a lost node costs its batches, while
+an input that kills every worker it meets ends the run with Ray's error instead of looping. An actor whose
+constructor fails (the model cannot be loaded on that node) fails the run at once. The driver keeps each row
+index of a shard once, so a batch delivered twice is not written twice. A shard that cannot be read comes back
+as one failure row and is reported in the summary. The values are those of the local engine: the same
 functions prepare and score every row.
 """
 
@@ -32,6 +35,10 @@ from capeval.corpus.shard_outputs import write_shard_output
 from capeval.corpus.shards import Shard, ShardReadError, read_shard
 
 CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran
+READ_TASK_RETRIES = 3  # a read task is re-run when its worker dies (a node lost); -1 would retry forever
+ACTOR_RESTARTS = -1  # actors are restarted whenever their worker dies: a long run on many nodes loses some
+BATCH_RETRIES = 3  # a batch whose actor died is resubmitted this often, then the run fails (a poison input)
+ACTOR_INIT_DEATHS = 0  # an actor that dies while loading the models fails the run (Ray Data's default, kept)
 
 
 def _import_ray():
@@ -167,6 +174,7 @@ def run_on_ray(
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
+    context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     gpus = ray.cluster_resources().get("GPU", 0)
     if worker_gpus is None:
         worker_gpus = 1.0 if gpus else 0.0
@@ -189,6 +197,7 @@ def run_on_ray(
         },
         batch_size=1,
         num_cpus=1,
+        max_retries=READ_TASK_RETRIES,
     )
     ds = ds.map_batches(
         actor_class,
@@ -197,8 +206,20 @@ def run_on_ray(
         compute=ray.data.ActorPoolStrategy(size=num_workers),
         num_gpus=worker_gpus or None,
         num_cpus=worker_cpus,
+        max_restarts=ACTOR_RESTARTS,
+        max_task_retries=BATCH_RETRIES,
     )
-    return _collect(ds, output, score_columns, embeddings)
+    try:
+        return _collect(ds, output, score_columns, embeddings)
+    except ray.exceptions.RayActorError as err:
+        if not getattr(err, "actor_init_failed", False):
+            raise
+        # Ray's message is the worker's whole traceback; its last line is the error that stopped the load.
+        why = next((line for line in reversed(str(err).splitlines()) if line.strip()), str(err)).strip()
+        raise RuntimeError(
+            f"a Ray actor could not load the models of {list(metrics)} (model={options.get('model')!r}, "
+            f"device={actor_options.get('device')!r}): {why}; the run stopped (shards already written are kept)"
+        ) from err
 
 
 def _collect(ds, output: Path, score_columns: Sequence[str], embeddings: bool) -> dict[str, str]:

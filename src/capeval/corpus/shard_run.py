@@ -26,7 +26,7 @@ from capeval.corpus.shard_outputs import (
     summarise_outputs,
     write_shard_output,
 )
-from capeval.corpus.shards import Shard, ShardReadError, list_shards, read_shard
+from capeval.corpus.shards import Shard, check_columns, list_shards, read_shard
 from capeval.diagnostics.run_warnings import summarised_warnings
 
 ENGINES = ("local", "ray")
@@ -106,7 +106,8 @@ def score_shards(
         num_workers: Ray actors holding a model (default: one per GPU, else 1).
         worker_gpus, worker_cpus: resources of each actor (default: 1 GPU when the cluster has GPUs, else
             half a CPU so the read tasks keep CPUs).
-        model, device, dtype, prefix, w, checkpoint: metric options.
+        model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors':
+            the driver loads the model once on its CPU to check it before any work).
 
     Returns:
         ShardRunResult: the folders and the summary.
@@ -127,9 +128,12 @@ def score_shards(
 
         options["model"] = DEFAULT_MODEL
     shards = list_shards(source)
+    check_columns(shards, caption_column, image_column)
     output = Path(output_dir)
     # Built here first, on the driver: a model that cannot be loaded fails the run now, not on the workers.
-    scorer = RowScorer(names, options, embeddings=save_embeddings)
+    # With Ray, the driver (often a head node without a GPU) loads it on its CPU: the actors take `device`.
+    driver_options = {**options, "device": "cpu"} if engine == "ray" else options
+    scorer = RowScorer(names, driver_options, embeddings=save_embeddings)
     key = threshold_key or names[0]
     if key not in scorer.columns():
         raise ValueError(f"threshold_key {key!r} is not a score column of this run: {scorer.columns()}")
@@ -186,7 +190,7 @@ def _run_locally(
     for shard in shards:
         try:
             rows = read_shard(shard, caption_column, image_column)
-        except ShardReadError as err:
+        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns: as on Ray
             failed[shard.name] = str(err)
             continue
         if not rows:

@@ -248,6 +248,29 @@ def _pick(columns: Sequence[str], wanted: str | None, choices: Sequence[str], wh
     return found
 
 
+def check_columns(shards: Sequence[Shard], caption_column: str | None, image_column: str | None) -> None:
+    """Check the caption and image columns against the first Parquet shard's schema (its footer only).
+
+    Run before any work, so a wrong ``--caption-column`` ends a run at once rather than failing every shard
+    one by one; a shard whose footer cannot be read is left to the engines, which report it per shard.
+
+    Raises:
+        ValueError: the column is missing, naming the shard and the columns it has.
+    """
+    import pyarrow.parquet as pq
+
+    for shard in shards:
+        if shard.kind != "parquet":
+            continue
+        try:
+            columns = pq.read_schema(shard.path).names
+        except Exception:  # pyarrow's errors for a damaged file are several types
+            continue
+        _pick(columns, caption_column, CAPTION_COLUMNS, "caption", shard)
+        _pick(columns, image_column, (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
+        return
+
+
 def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | None) -> Iterator[ShardRow]:
     import pyarrow.parquet as pq
 
