@@ -7,7 +7,8 @@ machine. The local engine reads, then scores, one batch after another.
 
     PYTHONPATH=src python scripts/bench_ray.py                       # the table (about 3 minutes here)
     PYTHONPATH=src python scripts/bench_ray.py --actor-only --device cuda --model openai/clip-vit-base-patch32
-        # images/s per device of the actor's batch function (prepare + score) without Ray
+        # images/s per device of the actor's batch function (prepare + score) without Ray, and of each half:
+        # prepare (decode + resize, one CPU core) and score (the model), so a cluster's CPUs per GPU follow
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(shapes_clip_path()))
     parser.add_argument("--actor-only", action="store_true")
     parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default="float32", help="float32, float16 or bfloat16 (--actor-only)")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="bench_ray_"))
@@ -74,16 +76,33 @@ def main() -> None:
     options = {"model": args.model, "device": args.device, "dtype": "float32"}
 
     if args.actor_only:
-        scorer = RowScorer(METRICS, options)
+        scorer = RowScorer(METRICS, {**options, "dtype": args.dtype})
         samples = [r for s in shards for r in read_shard(s)]
+        cuts = range(0, len(samples), args.batch_size)
+        prepared = [prepare_rows(samples[s : s + args.batch_size], scorer.image_size) for s in cuts]
 
-        def actor_batches():
-            for s in range(0, len(samples), args.batch_size):
+        def both():
+            for s in cuts:
                 scorer.score(prepare_rows(samples[s : s + args.batch_size], scorer.image_size))
 
-        actor_batches()  # warm-up
-        seconds = timed(actor_batches, args.repeats)
-        print(f"actor batch function ({args.device or 'default device'}): {rows / seconds:.1f} images/s")
+        def prepare_only():
+            for s in cuts:
+                prepare_rows(samples[s : s + args.batch_size], scorer.image_size)
+
+        def score_only():
+            for batch in prepared:
+                scorer.score(batch)
+
+        both()  # warm-up (CUDA kernels, allocator)
+        device = scorer.scorers[METRICS[0]].backbone.device
+        print(f"{rows} rows of {args.image_size[0]}x{args.image_size[1]} JPEG, batch {args.batch_size}, "
+              f"{args.dtype}, {args.model}, median of {args.repeats}")  # fmt: skip
+        for name, fn in (
+            (f"actor batch function, prepare + score ({device})", both),
+            ("prepare only (decode + resize, this process's CPU)", prepare_only),
+            (f"score only ({device})", score_only),
+        ):
+            print(f"{name:56} {rows / timed(fn, args.repeats):9.1f} images/s")
         return
 
     import ray

@@ -6,6 +6,7 @@ actors cannot load failing the run at once."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -172,6 +173,46 @@ def test_a_model_the_actors_cannot_load_fails_the_run_at_once(local_ray, corpus,
             root / "in", tmp_path / "out", ["clipscore"], model=MODEL, engine="ray", device="cuda:99"
         )
     assert not list((tmp_path / "out" / "scores").glob("*.parquet"))
+
+
+class AlwaysDiesOnShardOne(ray_engine.ScoreActor):
+    """Kills its worker on every batch of shard 00001: an input that takes down whatever worker scores it."""
+
+    def __call__(self, batch):
+        if str(batch["shard"][0]) == "00001":
+            os._exit(1)
+        return super().__call__(batch)
+
+
+def _timeout(signum, frame):
+    raise TimeoutError("the run kept retrying a batch that kills every actor")
+
+
+def test_a_batch_that_kills_every_actor_ends_the_run_after_its_retries(local_ray, tmp_path):
+    from ray import cloudpickle
+
+    from capeval.corpus.row_scoring import RowScorer
+    from capeval.corpus.shards import list_shards
+
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    driver_scorer = RowScorer(["clipscore"], {"model": MODEL})
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(240)  # Ray Data's default (retry without end) would hang here
+    try:
+        # 1 + BATCH_RETRIES deaths of the actor on the same batch, then Ray's error
+        with pytest.raises(ray.exceptions.RayError):
+            ray_engine.run_on_ray(
+                list_shards(tmp_path / "in"), tmp_path / "out", ["clipscore"],
+                {"model": MODEL, "device": None, "dtype": "float32"}, caption_column=None, image_column=None,
+                batch_size=4, embeddings=False, score_columns=driver_scorer.columns(),
+                image_size=driver_scorer.image_size, num_workers=1, actor_class=AlwaysDiesOnShardOne,
+            )  # fmt: skip
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert not (tmp_path / "out" / "scores" / "00001.parquet").exists()
 
 
 DRIVER = """

@@ -23,7 +23,9 @@ functions prepare and score every row.
 
 from __future__ import annotations
 
+import inspect
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -177,38 +179,44 @@ def run_on_ray(
     context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     gpus = ray.cluster_resources().get("GPU", 0)
     if worker_gpus is None:
-        worker_gpus = 1.0 if gpus else 0.0
+        worker_gpus = 1.0 if gpus and options.get("device") != "cpu" else 0.0
     if worker_cpus is None:
         worker_cpus = 1.0 if worker_gpus else CPU_ACTOR_CPUS
     if num_workers is None:
         num_workers = max(1, int(gpus // worker_gpus)) if worker_gpus else 1
     actor_options = dict(options)
-    if worker_gpus and actor_options.get("device") in (None, "cpu"):
+    if worker_gpus:
+        # Ray shows each actor only the GPU it was given, as cuda:0, whatever index the user named.
         actor_options["device"] = "cuda"
     items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(
-        read_and_prepare,
-        fn_kwargs={
-            "caption_column": caption_column,
-            "image_column": image_column,
-            "batch_size": batch_size,
-            "image_size": image_size,
-        },
-        batch_size=1,
-        num_cpus=1,
-        max_retries=READ_TASK_RETRIES,
-    )
-    ds = ds.map_batches(
-        actor_class,
-        fn_constructor_kwargs={"metrics": list(metrics), "options": actor_options, "embeddings": embeddings},
-        batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
-        compute=ray.data.ActorPoolStrategy(size=num_workers),
-        num_gpus=worker_gpus or None,
-        num_cpus=worker_cpus,
-        max_restarts=ACTOR_RESTARTS,
-        max_task_retries=BATCH_RETRIES,
-    )
+    with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        ds = ds.map_batches(
+            read_and_prepare,
+            fn_kwargs={
+                "caption_column": caption_column,
+                "image_column": image_column,
+                "batch_size": batch_size,
+                "image_size": image_size,
+            },
+            batch_size=1,
+            num_cpus=1,
+            **_retry_limits(ds, max_retries=READ_TASK_RETRIES),
+        )
+        ds = ds.map_batches(
+            actor_class,
+            fn_constructor_kwargs={
+                "metrics": list(metrics),
+                "options": actor_options,
+                "embeddings": embeddings,
+            },
+            batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
+            compute=ray.data.ActorPoolStrategy(size=num_workers),
+            num_gpus=worker_gpus or None,
+            num_cpus=worker_cpus,
+            **_retry_limits(ds, max_restarts=ACTOR_RESTARTS, max_task_retries=BATCH_RETRIES),
+        )
     try:
         return _collect(ds, output, score_columns, embeddings)
     except ray.exceptions.RayActorError as err:
@@ -220,6 +228,19 @@ def run_on_ray(
             f"a Ray actor could not load the models of {list(metrics)} (model={options.get('model')!r}, "
             f"device={actor_options.get('device')!r}): {why}; the run stopped (shards already written are kept)"
         ) from err
+
+
+def _retry_limits(ds, **limits: int) -> dict[str, int]:
+    """The retry limits as ``map_batches`` keywords, where this Ray still takes them.
+
+    Ray Data passes extra ``map_batches`` keywords to ``ray.remote`` and deprecates that for Ray 2.64, with no
+    named replacement for these limits yet; a Ray that refuses them gets none, and Ray Data's defaults apply
+    (``-1``: retry and restart without end).
+    """
+    parameters = inspect.signature(ds.map_batches).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return {}
+    return limits
 
 
 def _collect(ds, output: Path, score_columns: Sequence[str], embeddings: bool) -> dict[str, str]:
