@@ -202,6 +202,21 @@ def test_a_parquet_shard_without_the_columns_is_reported_when_the_first_has_them
     assert result.summary["scored"] == 3 and result.summary["shards"] == 1
 
 
+def test_parquet_captions_and_references_that_are_not_text_are_row_errors(tmp_path):
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=2, kind="parquet")
+    numbers = pq.read_table(tmp_path / "in" / "00000.parquet")
+    pq.write_table(numbers.set_column(2, "caption", pa.array([5, 6])), tmp_path / "in" / "00000.parquet")
+    nulls = pq.read_table(tmp_path / "in" / "00001.parquet")
+    refs = pa.array([["a red circle", None], ["a blue square"]], type=pa.list_(pa.string()))
+    pq.write_table(nulls.set_column(3, "references", refs), tmp_path / "in" / "00001.parquet")
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["refclipscore"], model=MODEL)
+    errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}
+    assert errors["000000000"] == "row 000000000 has a caption of type int (5) in column 'caption'"
+    assert errors["000010000"] == "row 000010000 has references that are not all text: ['a red circle', None]"
+    assert errors["000010001"] is None  # the other row of that shard is scored
+    assert result.summary["scored"] == 1 and result.summary["errors"] == 3
+
+
 def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
     with pytest.raises(

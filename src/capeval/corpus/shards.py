@@ -290,15 +290,27 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
     refs = table.column("references").to_pylist() if "references" in columns else [None] * len(captions)
     base = shard.path.parent
     for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
-        problem = None
+        problem = not_text = None
+        if caption is not None and not isinstance(caption, str):
+            # Not str(caption): a number is no caption. The output's caption column holds text, so the
+            # value goes in the error.
+            not_text = (
+                f"row {key} has a caption of type {type(caption).__name__} ({caption!r})"
+                f" in column {caption_col!r}"
+            )
+            caption = None
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
         if isinstance(image, str) and not os.path.isabs(image):
             image = str(base / image)  # paths are relative to the shard, as in a JSONL corpus
         if image is None or image == b"":
             problem = f"row {key} has no image in column {image_col!r}"
-        elif caption is None or not str(caption).strip():
+        elif not_text:
+            problem = not_text
+        elif caption is None or not caption.strip():
             problem = f"row {key} has an empty caption in column {caption_col!r}"
+        elif references is not None and not all(isinstance(r, str) for r in references):
+            problem = f"row {key} has references that are not all text: {references!r}"
         yield ShardRow(
             key=str(key),
             shard=shard.name,
