@@ -217,6 +217,24 @@ def test_parquet_captions_and_references_that_are_not_text_are_row_errors(tmp_pa
     assert result.summary["scored"] == 1 and result.summary["errors"] == 3
 
 
+def test_invisible_captions_and_empty_references_are_row_errors_not_a_failed_batch(tmp_path):
+    jpeg = write_shapes_shards(tmp_path / "src", shards=1, rows_per_shard=1)["000000000"]["image"]
+    refs = [["a red circle"], ["", "a red circle"], ["a red circle"]]
+    captions = ["\u200b\u200b", "a red circle", "a red circle"]  # U+200B: zero-width space, not whitespace
+    members = []
+    for key, caption, references in zip("abc", captions, refs, strict=True):
+        members += [(f"{key}.jpg", jpeg), (f"{key}.txt", caption.encode()),
+                    (f"{key}.json", json.dumps({"references": references}).encode())]  # fmt: skip
+    (tmp_path / "in").mkdir()
+    _tar(tmp_path / "in" / "00000.tar", members)
+    # The metrics' input checks refuse both for the whole call; the rows carry it instead, and c is scored.
+    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore", "refclipscore"], model=MODEL)
+    errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}
+    assert errors["a"] == "sample a has an empty caption (.txt) (only invisible characters)"
+    assert errors["b"] == ("row b has an empty reference (0: ''); refclipscore needs text in every one")
+    assert errors["c"] is None and result.summary["scored"] == 1
+
+
 def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
     with pytest.raises(

@@ -86,6 +86,18 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     }
 
 
+def _references_problem(key: str, references, metric: str) -> str | None:
+    """Why a row's references cannot be scored (the metric's input check would refuse the whole batch)."""
+    from capeval.validation import has_visible_text
+
+    if not references:
+        return f"row {key} has no references ({metric} needs them)"
+    for j, ref in enumerate(references):
+        if not isinstance(ref, str) or not has_visible_text(ref):
+            return f"row {key} has an empty reference ({j}: {ref!r}); {metric} needs text in every one"
+    return None
+
+
 def _per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
     """Per-row lists of a metric result: ``scores`` under the metric's name, ``x_scores`` under ``x``."""
     fields: dict[str, list] = {}
@@ -157,8 +169,7 @@ class RowScorer:
             rows = [i for i in live if errors[i] is None]
             if name in NEEDS_REFERENCES:
                 for i in rows:
-                    if not batch["references"][i]:
-                        errors[i] = f"row {batch['key'][i]} has no references ({name} needs them)"
+                    errors[i] = _references_problem(batch["key"][i], batch["references"][i], name)
                 rows = [i for i in rows if errors[i] is None]
             if not rows:
                 continue

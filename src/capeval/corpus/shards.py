@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capeval.validation import has_visible_text
+
 # The image extensions img2dataset writes (its --encode_format) and WebDataset's decoders read.
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 CAPTION_EXTENSION = "txt"  # img2dataset's caption member
@@ -206,8 +208,10 @@ def _tar_row(shard: Shard, index: int, key: str, sample: dict, problem: str | No
     references = _references(sample.get("json"))
     if problem is None and image is None:
         problem = f"sample {key} has no image member (found: {sorted('.' + e for e in sample) or 'none'})"
-    if problem is None and (caption is None or not caption.strip()):
-        problem = f"sample {key} has {'an empty' if caption is not None else 'no'} caption (.txt)"
+    if problem is None and caption is None:
+        problem = f"sample {key} has no caption (.txt)"
+    if problem is None and not has_visible_text(caption):
+        problem = f"sample {key} has an empty caption (.txt){_invisible(caption)}"
     return ShardRow(
         key=key,
         shard=shard.name,
@@ -217,6 +221,11 @@ def _tar_row(shard: Shard, index: int, key: str, sample: dict, problem: str | No
         error=problem,
         references=references,
     )
+
+
+def _invisible(caption: str | None) -> str:
+    """Why a caption that is not blank still counts as empty (the metrics' input checks refuse it too)."""
+    return " (only invisible characters)" if caption and caption.strip() else ""
 
 
 def _references(metadata: bytes | None) -> list[str] | None:
@@ -307,8 +316,8 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
             problem = f"row {key} has no image in column {image_col!r}"
         elif not_text:
             problem = not_text
-        elif caption is None or not caption.strip():
-            problem = f"row {key} has an empty caption in column {caption_col!r}"
+        elif caption is None or not has_visible_text(caption):
+            problem = f"row {key} has an empty caption in column {caption_col!r}{_invisible(caption)}"
         elif references is not None and not all(isinstance(r, str) for r in references):
             problem = f"row {key} has references that are not all text: {references!r}"
         yield ShardRow(
