@@ -45,7 +45,7 @@ def test_unknown_local_folder_and_bad_ids_are_clear_errors(tmp_path):
         load_backbone(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match="neither a local folder nor a valid Hub id"):
         load_backbone("bad id with spaces!")
-    with pytest.raises(TypeError, match="model must be a Hub id or a folder path"):
+    with pytest.raises(TypeError, match="model must be a Hub id, a folder path, or model=.model, processor."):
         load_backbone(42)
 
 

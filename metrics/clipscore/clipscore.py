@@ -35,9 +35,11 @@ Args:
         encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings
         of the same model (they are L2-normalised here).
-    model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
+    model (`str` or `tuple`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
         "openai/clip-vit-base-patch32", the model of the paper. SigLIP, ALIGN, Chinese-CLIP, AltCLIP and
-        MetaCLIP 2 checkpoints are scored with their own conventions (README: "Model families").
+        MetaCLIP 2 checkpoints are scored with their own conventions (README: "Model families"). A loaded model
+        and its processor, `(model, processor)`, is scored as it is at each call, its weights hashed into the
+        signature (README: "The model you are training").
     prefix (`str`): prompt joined before every caption. None (default) is the model family's: "A photo depicts"
         for English models, "" for multilingual and Chinese ones (AltCLIP, Chinese-CLIP, MetaCLIP 2).
     w (`float`): rescaling weight. Defaults to 2.5.

@@ -39,8 +39,9 @@ Args:
         one, losslessly, as images are); give `videos=None` to `evaluate.combine`'s `add_batch` without videos.
     video_embeds (`list`, optional): instead of `videos`, per prediction a (K, D) array of frame embeddings of
         the same model (sampled by `num_frames` and L2-normalised here).
-    model (`str`): CLIP backbone, a Hub id or a local transformers folder. Defaults to
-        "openai/clip-vit-base-patch32", the authors' ViT-B/32 (with `checkpoint`: the model it was tuned from).
+    model (`str` or `tuple`): CLIP backbone, a Hub id or a local transformers folder, or a loaded model and
+        its processor, `(model, processor)`. Defaults to "openai/clip-vit-base-patch32", the authors' ViT-B/32
+        (with `checkpoint`: the model it was tuned from).
     checkpoint (`str`, optional): PAC-S weights (the authors' .pth, a converted folder, a Hub repo or file)
         used instead of CLIP's: the PAC-S authors' video metric.
     num_frames (`int`, optional): frames per video, evenly spaced (np.linspace); None (default) = every frame,

@@ -36,8 +36,8 @@ Args:
         `add` take them too, and they pass evaluate's cache unchanged (paths as paths, in-memory images
         encoded losslessly, read back by capeval). Give either `images` or `image_embeds`.
     image_embeds (`numpy.ndarray` or `torch.Tensor`, optional): (N, D) precomputed image embeddings.
-    model (`str`): CLIP backbone, a Hub id or a local transformers folder.
-        Defaults to "openai/clip-vit-base-patch32".
+    model (`str` or `tuple`): CLIP backbone, a Hub id or a local transformers folder, or a loaded model and
+        its processor, `(model, processor)`. Defaults to "openai/clip-vit-base-patch32".
     prefix (`str`): prompt joined before every caption and reference. None (default) is the model
         family's: "A photo depicts" for English models, "" for multilingual and Chinese ones (AltCLIP,
         Chinese-CLIP, MetaCLIP 2).

@@ -76,7 +76,8 @@ class CLIPScore:
     """Reference-free CLIP-S: w * max(cos(E_image, E_text), 0) per caption, corpus score = mean.
 
     Args:
-        model: CLIP backbone, Hub id or local folder.
+        model: CLIP backbone, Hub id or local folder, or a model object with its processor,
+            ``(model, processor)`` (``capeval.clip.in_memory``: scored as it is at each call, never cached).
         device: ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         batch_size: encoder batch size (halved automatically on GPU out-of-memory).
@@ -113,7 +114,7 @@ class CLIPScore:
         )  # fmt: skip
         self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
         # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
-        check_signature_text("model", self.backbone.name)
+        check_signature_text("model", self.backbone.model_id)
         self.batch_size = options["batch_size"]
         # An English prompt means nothing to a multilingual or Chinese text tower: its family's default is "".
         self.prefix = (
@@ -165,6 +166,7 @@ class CLIPScore:
         predictions = check_predictions(predictions)
         if not predictions:
             raise ValueError("no predictions to score")
+        self.backbone.refresh()  # a model object's weights, as they are for this call
         image_emb = self.image_embeddings(images, image_embeds, len(predictions))
         text_emb = self.text_embeddings(predictions)
         per = clip_s(image_emb, text_emb, w=self.w)
@@ -237,6 +239,7 @@ class RefCLIPScore(CLIPScore):
                 "refclipscore needs references (one list per prediction); use clipscore without them"
             )
         references = check_references(references, len(predictions))
+        self.backbone.refresh()
         image_emb = self.image_embeddings(images, image_embeds, len(predictions))
         flat_refs = [r for refs in references for r in refs]
         owner = torch.tensor([i for i, refs in enumerate(references) for _ in refs], dtype=torch.long)

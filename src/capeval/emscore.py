@@ -154,7 +154,7 @@ class EMScore:
         token_projection(
             self.backbone
         )  # a family without per-token joint embeddings is refused here, by name
-        check_signature_text("model", self.backbone.name)
+        check_signature_text("model", self.backbone.model_id)
         check_signature_text("checkpoint", self.checkpoint_tag)
         self.batch_size = options["batch_size"]
         self.num_workers = options["num_workers"]
@@ -284,6 +284,7 @@ class EMScore:
             computed), ``signature``.
         """
         predictions = check_predictions(predictions)
+        self.backbone.refresh()  # a model object's weights, as they are for this call
         n = len(predictions)
         if n == 0:
             raise ValueError("no predictions to score")

@@ -9,26 +9,34 @@ that a score's signature names exactly the weights that produced it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.files import check_finite, weights_sha256
-from capeval.clip.families import CLIP, Family
+from capeval.clip.checkpoints.files import check_finite
+from capeval.clip.devices import DTYPES, resolve_device, resolve_dtype
+from capeval.clip.families import CLIP, Family, context_length
 from capeval.clip.image_constants import (
     PREPROCESSOR_FILE,
     ImageConstants,
     decide_image_constants,
     folder_origins,
 )
+from capeval.clip.model_sources import (  # hub_offline, model_unavailable: re-exported, callers import them here
+    hub_offline,  # noqa: F401
+    locate_model,
+    model_unavailable,  # noqa: F401
+    offline_help,
+)
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -52,6 +60,8 @@ class Backbone:
             (``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``), or ``None`` when the model's preprocessor config gave them.
         family: the model class and its conventions (``capeval.clip.families``); for families other than CLIP,
             ``image_size`` is a ``ProcessorGeometry`` and ``context_length`` the tokenizer's text length.
+        live: a model object the caller holds (``capeval.clip.in_memory``): scored in eval mode with its modes
+            restored, its weights hashed into ``revision`` at each call (``refresh``), never cached.
     """
 
     model: torch.nn.Module
@@ -67,12 +77,31 @@ class Backbone:
     weights: str | None = None
     origin: str | None = None
     family: Family = CLIP
+    live: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         """``model_id@revision``, as written into signatures."""
+        if self.live and not self.revision:
+            self.refresh()
         return f"{self.model_id}@{self.revision}"
+
+    def refresh(self) -> None:
+        """At the start of each metric call: a model object's weights are hashed now (they change between
+        calls; NaN or inf ones are refused). Loaded models: nothing to do."""
+        if self.live:
+            from capeval.clip.in_memory import hash_weights
+
+            self.revision = hash_weights(self.model, f"model object {self.model_id}")
+
+    def forward_mode(self):
+        """Context of every forward: eval mode for a model object (its modes given back after), else nothing."""
+        if not self.live:
+            return nullcontext()
+        from capeval.clip.in_memory import eval_mode
+
+        return eval_mode(self.model)
 
     @property
     def image_constants(self) -> ImageConstants:
@@ -98,148 +127,6 @@ class Backbone:
 
 _CACHE: dict[tuple, Backbone] = {}
 _CACHE_LOCK = threading.Lock()
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None`` picks the first GPU if any, else the CPU; a named device must exist.
-
-    Raises:
-        ValueError: unknown device string, a CUDA device on a machine without one, ``meta`` (it holds no
-            data), or a device type this torch cannot make tensors on.
-    """
-    if device is None:
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda', 'cuda:1', ... or None") from err
-    if dev.type == "meta":
-        raise ValueError(
-            f"device {device!r} holds shapes, not numbers: no score can be computed there; use 'cpu', 'cuda', ..."
-        )
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU on this machine")
-        index = 0 if dev.index is None else dev.index
-        if index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {device!r} asked for, but only {torch.cuda.device_count()} GPU(s) exist"
-            )
-        dev = torch.device("cuda", index)
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device!r} asked for, but MPS is not available")
-    elif dev.type != "cpu":
-        # Any other type torch.device() parses ("xla", "hpu", ...) needs its backend: find out now, not mid-run.
-        try:
-            torch.empty(0, device=dev)
-        except (RuntimeError, AssertionError, NotImplementedError) as err:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"device {device!r}: this torch cannot make tensors there ({reason})") from err
-    return dev
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``"float32"`` (default), ``"float16"`` or ``"bfloat16"``; torch dtypes are accepted too."""
-    if isinstance(dtype, torch.dtype):
-        if dtype not in DTYPES.values():
-            raise ValueError(f"unsupported dtype {dtype}: use one of {sorted(DTYPES)}")
-        return dtype
-    if not isinstance(dtype, str):
-        raise TypeError(f"dtype must be one of {sorted(DTYPES)} or a torch dtype, got {type(dtype).__name__}")
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}: use one of {sorted(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def _looks_like_path(model: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else is meant as a folder.
-    return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
-
-
-def hub_offline() -> bool:
-    """Whether the Hugging Face Hub is switched off (``HF_HUB_OFFLINE``, or huggingface_hub's own setting)."""
-    from huggingface_hub import constants
-
-    return (
-        os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False", "no")
-        or constants.is_offline_mode()
-    )
-
-
-def _offline_help(model: str) -> str:
-    state = "HF_HUB_OFFLINE=1 is set" if hub_offline() else "the Hub could not be reached"
-    return (
-        f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. "
-        f"Either run once with network access (unset HF_HUB_OFFLINE) so '{model}' is downloaded, "
-        "or pass model='/path/to/a/local/clip/folder' (a folder saved with CLIPModel.save_pretrained, "
-        "with its tokenizer files)."
-    )
-
-
-def _locate(model: str) -> tuple[Path, str]:
-    """Folder holding the model's files and its revision tag, downloading from the Hub if allowed."""
-    local = Path(os.path.expanduser(model))
-    if local.is_dir():
-        if not (local / "config.json").is_file():
-            raise ValueError(f"model folder {local} has no config.json: not a transformers model folder")
-        for entry in local.iterdir():
-            # A pipe among the files would block its reader forever, a device never end: refused unread.
-            if entry.exists() and not (entry.is_file() or entry.is_dir()):
-                raise ValueError(
-                    f"model folder {local}: {entry.name} is not a regular file (a device, pipe or socket); "
-                    "refused unread"
-                )
-        return local.resolve(), weights_sha256(local)
-    if _looks_like_path(model) or local.exists():
-        raise ValueError(f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')")
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
-
-    try:
-        config_path = Path(hf_hub_download(model, "config.json"))
-    except HFValidationError as err:
-        raise ValueError(f"model {model!r} is neither a local folder nor a valid Hub id: {err}") from err
-    except LocalEntryNotFoundError as err:  # a subclass of EntryNotFoundError: test it first
-        raise OSError(_offline_help(model)) from err
-    except RepositoryNotFoundError as err:
-        raise ValueError(f"unknown model {model!r}: no such repository on the Hugging Face Hub") from err
-    except EntryNotFoundError as err:
-        raise ValueError(f"model {model!r} has no config.json: not a transformers model") from err
-    except OSError as err:
-        raise OSError(_offline_help(model)) from err
-    # Hub snapshots live in .../snapshots/<commit>/: the commit is the revision.
-    return config_path.parent, config_path.parent.name[:7]
-
-
-def model_unavailable(model: str) -> str | None:
-    """Why ``model`` cannot be loaded here, found without loading it (so a command refuses before any work).
-
-    A folder must exist and hold ``config.json``; a Hub id must be in the local Hugging Face cache when
-    ``HF_HUB_OFFLINE`` is set. Online, a Hub id outside the cache may still download: None.
-
-    Returns:
-        The reason in one sentence, or None when the model may load.
-    """
-    local = Path(os.path.expanduser(model))
-    if local.is_dir():
-        return None if (local / "config.json").is_file() else f"model folder {local} has no config.json"
-    if _looks_like_path(model) or local.exists():
-        return f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')"
-    from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-
-    try:
-        cached = try_to_load_from_cache(model, "config.json")
-    except HFValidationError as err:
-        return f"model {model!r} is neither a local folder nor a valid Hub id: {err}"
-    if isinstance(cached, str) or not hub_offline():
-        return None
-    return f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"
 
 
 def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: tuple, std: tuple) -> Path:
@@ -300,7 +187,8 @@ def load_backbone(
     """Load a CLIP model once per process and return the cached one afterwards.
 
     Args:
-        model: Hub id (e.g. ``openai/clip-vit-base-patch32``) or a local transformers folder.
+        model: Hub id (e.g. ``openai/clip-vit-base-patch32``), a local transformers folder, or a model object with
+            its processor, ``(model, processor)`` (``capeval.clip.in_memory``; built anew on each call).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         checkpoint: extra weights loaded over the model (PAC-S); see ``capeval.clip.checkpoints``.
@@ -310,17 +198,47 @@ def load_backbone(
         OSError: the model is not available offline; the message says how to fix it.
     """
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be a Hub id or a folder path, got {type(model).__name__}")
+        from capeval.clip.in_memory import model_object_fields
+
+        if checkpoint is not None:
+            raise ValueError(
+                "checkpoint= replaces a model's weights, and model= is a model object the caller holds: load the "
+                "checkpoint into a Hub id or folder instead (PAC-S's weights are a whole model)"
+            )
+        return Backbone(**model_object_fields(model, device, dtype))  # never cached: its weights change
     model = os.fspath(model)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype)
-    folder, revision = _locate(model)
+    from capeval.clip.open_clip_files import is_open_clip_model
+
+    if is_open_clip_model(model):
+        return _load_open_clip(model, dev, dt, checkpoint)
+    folder, revision = locate_model(model)
     model_id = str(folder) if folder.is_dir() and Path(os.path.expanduser(model)).is_dir() else model
     key = (model_id, revision, str(dev), dt, checkpoint)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
         backbone = _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint)
+        _CACHE[key] = backbone
+        return backbone
+
+
+def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
+    """An OpenCLIP weights file (``capeval.clip.open_clip_files``), cached by its contents like a folder."""
+    from capeval.clip.checkpoints.files import file_sha256
+    from capeval.clip.open_clip_files import open_clip_fields, resolve_open_clip
+
+    source = resolve_open_clip(model)
+    digest = file_sha256(source.path)
+    if source.config_digest:  # the sidecar decided architecture and preprocessing: it names the numbers too
+        digest = hashlib.sha256(f"{digest}|{source.config_digest}".encode()).hexdigest()
+    revision = "sha256:" + digest[:12]
+    key = (str(source.path), revision, str(dev), dt, checkpoint)  # the path: its folder's tokenizer files too
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        backbone = Backbone(**open_clip_fields(source, model, revision, dev, dt, checkpoint))
         _CACHE[key] = backbone
         return backbone
 
@@ -362,7 +280,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise _weights_refusal(folder, err) from err
     except OSError as err:
         if source == model and not Path(model).exists():
-            raise OSError(_offline_help(model)) from err
+            raise OSError(offline_help(model)) from err
         raise
     except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
         refusal = _damaged_weights(folder, err)
@@ -399,19 +317,11 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         image_size=size,
         image_mean=constants.mean,
         image_std=constants.std,
-        context_length=_context_length(family, tokenizer, config),
+        context_length=context_length(family, tokenizer, config),
         weights=weights_tag,
         origin=constants.origin,
         family=family,
     )
-
-
-def _context_length(family: Family, tokenizer, config) -> int:
-    if family.is_clip:
-        return int(config.text_config.max_position_embeddings)
-    from capeval.clip.families import text_length
-
-    return text_length(family, tokenizer, config.text_config)
 
 
 def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:

@@ -196,6 +196,15 @@ def image_recipe(
         proc = AutoImageProcessor.from_pretrained(str(source.parent), trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{where}: {source} could not be read as an image processor ({err})") from err
+    return processor_recipe(where, proc)
+
+
+def processor_recipe(where: str, proc) -> tuple[ProcessorGeometry, ImageConstants]:
+    """The geometry and effective normalisation of a loaded image processor (see ``image_recipe``).
+
+    Raises:
+        ValueError: a processor whose steps capeval does not reproduce (named), or a non-square output.
+    """
     kind = type(proc).__name__.removesuffix("Pil").removesuffix("Fast")
     if kind not in _IMAGE_PROCESSORS:
         raise ValueError(
@@ -204,7 +213,7 @@ def image_recipe(
         )
     if not getattr(proc, "do_resize", True) or getattr(proc, "do_pad", False):
         raise ValueError(
-            f"{where}: {preprocessor} sets do_resize=false or do_pad=true; capeval needs a fixed size"
+            f"{where}: its image processor sets do_resize=false or do_pad=true; capeval needs a fixed size"
         )
     return _geometry(where, proc), _constants(where, proc)
 
@@ -378,9 +387,19 @@ def signature_fields(backbone) -> dict[str, str]:
     """What a non-CLIP family changes in a score, for signatures (nothing for CLIPModel: its signatures stay)."""
     family = getattr(backbone, "family", CLIP)
     if family.is_clip:
+        # An OpenCLIP file trained with open_clip's "squash" resize: CLIP otherwise, so only the resize is named.
+        if isinstance(backbone.image_size, ProcessorGeometry):
+            return {"image_resize": backbone.image_size.describe()}
         return {}
     fields = {"family": family.name}
     if isinstance(backbone.image_size, ProcessorGeometry):
         fields["image_resize"] = backbone.image_size.describe()
     fields["text"] = f"{family.text_padding}:{backbone.context_length}"
     return fields
+
+
+def context_length(family: Family, tokenizer, config) -> int:
+    """Text positions: CLIP's from its text config, other families' from their tokenizer (``families``)."""
+    if family.is_clip:
+        return int(config.text_config.max_position_embeddings)
+    return text_length(family, tokenizer, config.text_config)

@@ -226,6 +226,24 @@ def decide_image_constants(
     )
 
 
+def decide_constants_by_origin(
+    where: str, origin: tuple[str, tuple, tuple], theirs: ImageConstants
+) -> ImageConstants:
+    """The origin table's constants for a model of known origin, with a warning when its own processor (an
+    in-memory image processor, ``theirs``) says otherwise, as for folders in ``decide_image_constants``."""
+    name, mean, std = origin
+    if not (_same(theirs.mean, mean) and _same(theirs.std, std)):
+        warnings.warn(
+            ImageConstantsWarning(
+                f"{where}: its image processor says image_mean={_format(theirs.mean)}, "
+                f"image_std={_format(theirs.std)}, but {name} was trained with image_mean={_format(mean)}, "
+                f"image_std={_format(std)} (open_clip's pretrained table); using the latter"
+            ),
+            stacklevel=user_stacklevel(),
+        )
+    return ImageConstants(tuple(mean), tuple(std), name)
+
+
 def _channels(path: Path, key: str, value, std: bool = False) -> tuple[float, float, float]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value] * 3

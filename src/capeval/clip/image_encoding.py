@@ -101,7 +101,7 @@ def _image_forward(backbone: Backbone, pixels_uint8: torch.Tensor) -> torch.Tens
     """(B, H, W, 3) uint8 to (B, D) float32 L2-normalised embeddings, left on the model's device."""
     dev = backbone.device
     x = normalize_pixels(pixels_uint8.to(dev, non_blocking=True), backbone.image_mean, backbone.image_std)
-    with _ieee_fp32_convolutions(backbone):
+    with _ieee_fp32_convolutions(backbone), backbone.forward_mode():
         out = backbone.model.get_image_features(pixel_values=x.to(backbone.dtype))
     emb = out.pooler_output if hasattr(out, "pooler_output") else out
     return F.normalize(emb.float(), dim=-1)

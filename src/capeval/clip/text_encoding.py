@@ -191,11 +191,12 @@ def _text_forward(backbone: Backbone, ids: list[tuple[int, ...]], want_tokens: b
     input_ids, mask, starts = text_batch(backbone, ids, pad_batch)
     input_ids = input_ids.to(backbone.device, non_blocking=True)
     masks = {} if mask is None else {"attention_mask": mask.to(backbone.device, non_blocking=True)}
-    out = backbone.model.get_text_features(input_ids=input_ids, **masks)
-    pooled = F.normalize(out.pooler_output.float(), dim=-1)
-    if not want_tokens:
-        return pooled
-    tokens = token_projection(backbone)(out.last_hidden_state)
+    with backbone.forward_mode():
+        out = backbone.model.get_text_features(input_ids=input_ids, **masks)
+        pooled = F.normalize(out.pooler_output.float(), dim=-1)
+        if not want_tokens:
+            return pooled
+        tokens = token_projection(backbone)(out.last_hidden_state)
     tokens = F.normalize(tokens.float(), dim=-1).cpu()
     return pooled, [tokens[row, s : s + len(x)] for row, (s, x) in enumerate(zip(starts, ids, strict=True))]
 

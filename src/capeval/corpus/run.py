@@ -213,6 +213,13 @@ def score_corpus(
     from capeval.corpus.distributed import _raise_if_any_failed, process_state
     from capeval.corpus.shards import is_shard_source
 
+    if not isinstance(options.get("model", ""), (str, os.PathLike)):
+        # A resumable run names its model in run.json and its cache keys: a model object has no name that
+        # outlives the process, and its weights change.
+        raise TypeError(
+            "score_corpus takes model= as a Hub id or a folder; a model object cannot be resumed or cached: save "
+            "it with save_pretrained (and its processor) and pass that folder"
+        )
     if engine == "ray" or is_shard_source(source):
         return _score_shard_source(
             source, output_dir, list(metrics or [metric]), engine, caption_column, image_column, threshold,

@@ -253,10 +253,13 @@ def check_architecture(sd: Mapping[str, torch.Tensor], config, what: str = "the 
     check_config_heads(config)
 
 
-def copy_into(model, sd: Mapping[str, torch.Tensor], what: str = "the checkpoint") -> None:
+def copy_into(
+    model, sd: Mapping[str, torch.Tensor], what: str = "the checkpoint", check_base: bool = True
+) -> None:
     """Set every parameter and buffer of a ``CLIPModel`` from transformers-named tensors, or raise.
 
-    Position ids (buffers no checkpoint carries) are reset to 0..n-1.
+    Position ids (buffers no checkpoint carries) are reset to 0..n-1. ``check_base``: warn where a PAC-S
+    checkpoint does not look fine-tuned from this model (off for a whole model loaded into a fresh one).
 
     Raises:
         ValueError: a target tensor the checkpoint does not give, a checkpoint tensor the model does not
@@ -279,7 +282,8 @@ def copy_into(model, sd: Mapping[str, torch.Tensor], what: str = "the checkpoint
         problems.append(f"{len(shapes)} shape mismatch(es): {shapes[:4]}")
     if problems:
         raise ValueError(f"{what} does not fit the model: " + "; ".join(problems))
-    _warn_if_suspicious(model, sd, what)
+    if check_base:
+        _warn_if_suspicious(model, sd, what)
     with torch.no_grad():
         model.load_state_dict({k: v.to(target[k].dtype) for k, v in sd.items()}, strict=True)
         for name, buf in model.named_buffers():

@@ -1,0 +1,292 @@
+"""Model objects the caller holds (the model being trained), scored as they are at each call.
+
+Besides a Hub id or a folder, ``model=`` takes a loaded dual encoder with what prepares its inputs:
+
+- ``(model, processor)``: the model and its transformers processor (``AutoProcessor``: tokenizer and image
+  processor), the pair ``from_pretrained`` gives;
+- ``(model, tokenizer, image_processor)``: the two separately;
+- ``(model, tokenizer)``: only for a ``CLIPModel`` whose config names a checkpoint of known origin
+  (``openai/clip-vit-base-patch32``, ...; ``capeval.clip.image_constants``): its image geometry is CLIP's and its
+  mean/std come from the origin table. Any other needs its image processor: the constants are never assumed.
+
+Such a model is not ours to change, and it changes between calls:
+
+- nothing is loaded, copied, moved or cast: it is scored on its own device in its own dtype (a ``device=`` or
+  ``dtype=`` that differs is refused, naming both, rather than moving a model that is being trained);
+- its train/eval modes are left as found: each forward runs in eval mode (dropout off) and the modes of every
+  submodule are restored after it; no gradient is kept (inference mode);
+- nothing computed from it is kept across calls: no backbone cache (``load_backbone`` builds a new wrapper
+  each time), no corpus embedding cache (``score_corpus`` refuses model objects);
+- each call hashes its weights: sha256 over every tensor's name, dtype, shape and bytes, written into the
+  signature as the revision ``state-sha256:<12 hex>``; the same pass refuses NaN or inf weights (a diverged
+  run), which would otherwise come back as NaN scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+
+import torch
+
+from capeval.clip.checkpoints.files import check_finite
+
+STATE_HASH_PREFIX = "state-sha256:"  # a weights hash of tensors in memory, not of files (``sha256:``)
+_HASH_CHUNK = (
+    1 << 26
+)  # bytes of one tensor handed to sha256 at a time (64 MiB): bounded host copies of GPU weights
+
+
+def is_model_object(model) -> bool:
+    """Whether ``model=`` is a loaded model (with its processor) rather than a Hub id or a folder."""
+    return model is not None and not isinstance(model, (str, os.PathLike))
+
+
+def _is_tokenizer(obj) -> bool:
+    from transformers import PreTrainedTokenizerBase
+
+    return isinstance(obj, PreTrainedTokenizerBase)
+
+
+def _is_image_processor(obj) -> bool:
+    from transformers.image_processing_base import ImageProcessingMixin
+
+    return isinstance(obj, ImageProcessingMixin)
+
+
+def split_model_object(model) -> tuple[torch.nn.Module, object, object | None]:
+    """``(module, tokenizer, image_processor or None)`` from the forms ``model=`` takes (module docstring).
+
+    Raises:
+        TypeError: a bare model, a tuple of another length, or parts of the wrong kinds, each named.
+    """
+    forms = (
+        "model=(model, processor), model=(model, tokenizer, image_processor) or, for a CLIPModel of known "
+        "origin, model=(model, tokenizer)"
+    )
+    if isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"model= got a {type(model).__name__} object without what prepares its inputs: pass {forms} "
+            "(transformers' AutoProcessor.from_pretrained gives the processor)"
+        )
+    if not isinstance(model, (tuple, list)) or len(model) not in (2, 3):
+        raise TypeError(
+            f"model must be a Hub id, a folder path, or {forms}; got {type(model).__name__}"
+            + (f" of {len(model)} items" if isinstance(model, (tuple, list)) else "")
+        )
+    module, *parts = model
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"model=(model, ...): the first item must be the loaded model, got {type(module).__name__}"
+        )
+    if len(parts) == 1:
+        part = parts[0]
+        if _is_tokenizer(part):
+            return module, part, None
+        tokenizer = getattr(part, "tokenizer", None)
+        image_processor = getattr(part, "image_processor", None)
+        if tokenizer is None or not _is_tokenizer(tokenizer):
+            raise TypeError(
+                f"model=(model, processor): {type(part).__name__} is neither a tokenizer nor a processor with a "
+                "tokenizer (transformers' AutoProcessor)"
+            )
+        if image_processor is not None and not _is_image_processor(image_processor):
+            raise TypeError(
+                f"model=(model, processor): its image_processor is a {type(image_processor).__name__}, not a "
+                "transformers image processor"
+            )
+        return module, tokenizer, image_processor
+    tokenizer, image_processor = parts
+    if not _is_tokenizer(tokenizer):
+        raise TypeError(
+            "model=(model, tokenizer, image_processor): the second item must be a transformers tokenizer, got "
+            f"{type(tokenizer).__name__}"
+        )
+    if not _is_image_processor(image_processor):
+        raise TypeError(
+            "model=(model, tokenizer, image_processor): the third item must be a transformers image processor, "
+            f"got {type(image_processor).__name__}"
+        )
+    return module, tokenizer, image_processor
+
+
+def model_object_id(module: torch.nn.Module) -> str:
+    """How signatures name a model object: ``memory:CLIPModel(openai/clip-vit-base-patch32)``, the class and the
+    checkpoint its config says it started from (the weights themselves are named by the hash)."""
+    source = str(getattr(getattr(module, "config", None), "_name_or_path", "") or "")
+    source = source.replace("|", "/")  # '|' separates a signature's fields
+    return f"memory:{type(module).__name__}" + (f"({source})" if source else "")
+
+
+def _placement(module: torch.nn.Module, where: str) -> tuple[torch.device, torch.dtype]:
+    """The one device and the one floating-point dtype of a model's parameters.
+
+    Raises:
+        ValueError: no parameters, or parameters spread over devices or dtypes (named).
+    """
+    params = [p for p in module.parameters() if p.is_floating_point()]
+    if not params:
+        raise ValueError(f"{where} has no floating-point parameters")
+    devices = sorted({str(p.device) for p in params})
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+    if len(devices) > 1:
+        raise ValueError(
+            f"{where} has parameters on {devices}: capeval scores a model that sits on one device"
+        )
+    if len(dtypes) > 1:
+        raise ValueError(f"{where} has parameters in {dtypes}: capeval scores a model in one dtype")
+    return params[0].device, params[0].dtype
+
+
+def check_placement(module: torch.nn.Module, device, dtype, where: str) -> tuple[torch.device, torch.dtype]:
+    """The model's device and dtype, checked against the ``device=``/``dtype=`` options.
+
+    ``device=None`` takes the model's device. ``dtype`` must be the model's: the caller's model is never cast.
+
+    Raises:
+        ValueError: a device or dtype that differs from the model's, naming both.
+    """
+    from capeval.clip.devices import DTYPES, resolve_device, resolve_dtype
+
+    dev, dt = _placement(module, where)
+    if dt not in DTYPES.values():
+        raise ValueError(f"{where} holds {dt} weights; capeval scores float32, float16 or bfloat16 models")
+    if device is not None:
+        wanted = resolve_device(device)
+        same = wanted.type == dev.type and (wanted.index or 0) == (dev.index or 0)
+        if not same:
+            raise ValueError(
+                f"{where} is on {dev} but device={device!r} was asked for: a model object is scored where it is "
+                f"(it is not moved); pass device=None or {str(dev)!r}, or move the model first"
+            )
+    wanted_dtype = resolve_dtype(dtype)
+    if wanted_dtype != dt:
+        name = next(k for k, v in DTYPES.items() if v == dt)
+        raise ValueError(
+            f"{where} holds {name} weights but dtype={dtype!r} was asked for: a model object is scored in its own "
+            f"dtype (it is not cast); pass dtype={name!r}"
+        )
+    return dev, dt
+
+
+def hash_weights(module: torch.nn.Module, where: str) -> str:
+    """``state-sha256:<12 hex>`` over every tensor of ``module.state_dict()`` (name, dtype, shape, bytes), after
+    refusing NaN or inf in any of them (``check_finite``, naming the tensors).
+
+    Raises:
+        ValueError: a floating-point weight holds NaN or inf.
+    """
+    state = module.state_dict()
+    check_finite(state.items(), where)
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach()
+        digest.update(f"{name}|{str(tensor.dtype)}|{tuple(tensor.shape)}\n".encode())
+        flat = tensor.contiguous().reshape(-1).view(torch.uint8)
+        for start in range(0, flat.numel(), _HASH_CHUNK):
+            # .cpu() of a slice: a GPU model's weights cross to the host 64 MiB at a time.
+            digest.update(flat[start : start + _HASH_CHUNK].cpu().numpy().tobytes())
+    return STATE_HASH_PREFIX + digest.hexdigest()[:12]
+
+
+@contextmanager
+def eval_mode(module: torch.nn.Module):
+    """Run the block with every submodule in eval mode, then give each its own mode back."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def model_object_fields(model, device, dtype) -> dict:
+    """The ``Backbone`` fields of a model object (see the module docstring); ``load_backbone`` builds a new one
+    from them on every call, with ``live=True`` and its weights hashed at each call.
+
+    Raises:
+        TypeError: ``model`` in none of the accepted forms.
+        ValueError: a family capeval does not score, a tokenizer that does not fit the model, an image processor
+            whose steps capeval does not reproduce, no way to know the image constants, or a device/dtype other
+            than the model's.
+    """
+    from capeval.clip.families import context_length, family_of
+
+    module, tokenizer, image_processor = split_model_object(model)
+    where = f"model object {model_object_id(module)}"
+    config = getattr(module, "config", None)
+    if config is None:
+        raise ValueError(f"{where} has no transformers config: capeval scores transformers models")
+    family = family_of(config, where)
+    if not isinstance(module, family.classes()[1]):
+        raise ValueError(
+            f"{where}: its config is {family.config_class} ({family.name}) but the object is a "
+            f"{type(module).__name__}, not a {family.model_class}; pass the whole dual encoder"
+        )
+    dev, dt = check_placement(module, device, dtype, where)
+    _check_tokenizer(family, tokenizer, config, where)
+    size, constants = _image_recipe(family, image_processor, config, where)
+    return {
+        "model": module,
+        "tokenizer": tokenizer,
+        "model_id": model_object_id(module),
+        "revision": "",  # hashed at each call (Backbone.refresh), not here: a metric is often built long before
+        "device": dev,
+        "dtype": dt,
+        "image_size": size,
+        "image_mean": constants.mean,
+        "image_std": constants.std,
+        "context_length": context_length(family, tokenizer, config),
+        "origin": constants.origin,
+        "family": family,
+        "live": True,
+    }
+
+
+def _check_tokenizer(family, tokenizer, config, where: str) -> None:
+    if family.is_clip:
+        from capeval.clip.tokenizer_check import check_clip_tokenizer
+
+        check_clip_tokenizer(tokenizer, config.text_config, where)
+        return
+    from capeval.clip.families import check_tokenizer
+
+    check_tokenizer(family, tokenizer, config.text_config, where)
+
+
+def _image_recipe(family, image_processor, config, where: str):
+    """``(image size or geometry, ImageConstants)`` from the image processor (or, for a CLIPModel of known origin
+    given without one, from the origin table)."""
+    from capeval.clip.families import processor_recipe
+    from capeval.clip.image_constants import ImageConstants, known_origin
+
+    origin = known_origin(str(getattr(config, "_name_or_path", "") or ""))
+    if image_processor is None:
+        if family.is_clip and origin is not None:
+            name, mean, std = origin
+            return int(config.vision_config.image_size), ImageConstants(tuple(mean), tuple(std), name)
+        raise ValueError(
+            f"{where} was given without an image processor, so how its images were prepared (size, crop, mean/std) "
+            "is unknown: pass model=(model, processor) or model=(model, tokenizer, image_processor)"
+        )
+    geometry, constants = processor_recipe(where, image_processor)
+    if not family.is_clip:
+        return geometry, constants
+    size = int(config.vision_config.image_size)
+    clip_like = (
+        geometry.resize == ("shortest_edge", size)
+        and geometry.crop == (size, size)
+        and geometry.resample == 3
+    )
+    if not clip_like:
+        raise ValueError(
+            f"{where}: its image processor resizes {geometry.describe()}, not as CLIP does (bicubic shorter side to "
+            f"{size}, centre crop {size}x{size}), which is what capeval reproduces for CLIPModel"
+        )
+    if origin is not None:
+        from capeval.clip.image_constants import decide_constants_by_origin
+
+        return size, decide_constants_by_origin(where, origin, constants)
+    return size, constants

@@ -1,0 +1,372 @@
+"""OpenCLIP checkpoint files as a base ``model=``: a ``.bin``/``.pt``/``.pth``/``.safetensors`` state dict in
+open_clip's names, loaded into transformers' ``CLIPModel``.
+
+Two spellings:
+
+- ``"open_clip:ARCH/TAG:/path/to/weights"``, e.g. ``"open_clip:ViT-B-32/laion2b_s34b_b79k:/data/open_clip_model.safetensors"``:
+  the architecture fixes heads and activation (``open_clip_tables.ARCHITECTURES``), the pretrained tag the
+  normalisation, resize and activation it was trained with (``open_clip_tables.PRETRAINED``). ``ARCH`` alone
+  (no ``/TAG``) is refused unless every tag of the architecture agrees; a tag whose QuickGELU setting differs
+  from the architecture's is refused (open_clip itself only warns, and scores with the wrong activation).
+- a plain path to the weights file with open_clip's own ``open_clip_config.json`` beside it (the file
+  ``open_clip.push_to_hf_hub`` writes: ``model_cfg`` and ``preprocess_cfg``), as in open_clip's Hub repos.
+
+The tensors are converted by ``checkpoints.layout.convert_openai_state_dict`` (the names OpenAI's and open_clip's
+ViT CLIPs share) after their shapes are checked against the architecture. Configs using what ``CLIPModel`` lacks
+(attentional pooling, layer scale, no pre-LayerNorm, timm or Hugging Face towers, custom text) are refused by name.
+Texts go through OpenAI's BPE, as open_clip's default tokenizer: tokenizer files beside the weights, else the
+cached tokenizer of ``openai/clip-vit-base-patch32``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from capeval.clip.open_clip_tables import (
+    ARCHITECTURES,
+    LAYER_NORM_EPS,
+    PRETRAINED,
+    OpenClipArchitecture,
+    PretrainedTag,
+    base_name,
+    tags_of,
+)
+
+SPEC_PREFIX = "open_clip:"
+CONFIG_FILE = "open_clip_config.json"  # open_clip's hf_hub layout: model_cfg and preprocess_cfg
+WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".safetensors")
+TOKENIZER_SOURCE = (
+    "openai/clip-vit-base-patch32"  # OpenAI's BPE, open_clip's default tokenizer for these ViTs
+)
+# model_cfg keys a CLIPModel reproduces; any other (attentional_pool, ls_init_value, timm_model_name, ...) refuses.
+_VISION_KEYS = {"image_size", "layers", "width", "head_width", "mlp_ratio", "patch_size", "patch_dropout"}
+_TEXT_KEYS = {"context_length", "vocab_size", "width", "heads", "layers", "mlp_ratio"}
+_TOP_KEYS = {"embed_dim", "quick_gelu", "vision_cfg", "text_cfg"}
+
+
+@dataclass(frozen=True)
+class OpenClipSource:
+    """A resolved OpenCLIP file: its architecture, preprocessing, and how signatures name it."""
+
+    path: Path
+    name: str  # "ViT-B-32/laion2b_s34b_b79k", or the folder's name for a sidecar config
+    architecture: OpenClipArchitecture
+    preprocessing: PretrainedTag
+    config_digest: str = ""  # of the sidecar config, when it decided the architecture
+
+    @property
+    def model_id(self) -> str:
+        return f"{SPEC_PREFIX}{self.name}"
+
+
+def is_open_clip_model(model: str) -> bool:
+    """Whether ``model=`` names an OpenCLIP file (a spec, or a weights file rather than a folder or Hub id)."""
+    if model.startswith(SPEC_PREFIX):
+        return True
+    path = Path(os.path.expanduser(model))
+    return path.suffix in WEIGHT_SUFFIXES and path.is_file()
+
+
+def resolve_open_clip(model: str) -> OpenClipSource:
+    """Parse an ``open_clip:ARCH[/TAG]:PATH`` spec or a weights path with its sidecar config.
+
+    Raises:
+        FileNotFoundError: no such weights file.
+        ValueError: a malformed spec, an unknown architecture or tag (the known ones listed), a tag trained with
+            another activation than the architecture's, tags that disagree when none is named, a missing or
+            unreadable sidecar, or a sidecar config using what CLIPModel lacks (named).
+    """
+    if model.startswith(SPEC_PREFIX):
+        arch_tag, sep, path_text = model[len(SPEC_PREFIX) :].partition(":")
+        if not sep or not path_text or not arch_tag:
+            raise ValueError(
+                f"model {model!r}: an OpenCLIP file is named 'open_clip:ARCH/TAG:/path/to/weights' (e.g. "
+                "'open_clip:ViT-B-32/laion2b_s34b_b79k:/data/open_clip_pytorch_model.bin')"
+            )
+        architecture, _, tag = arch_tag.partition("/")
+        path = _weights_path(path_text, model)
+        return _from_tables(path, architecture, tag or None, model)
+    path = _weights_path(model, model)
+    sidecar = path.parent / CONFIG_FILE
+    if not sidecar.is_file():
+        raise ValueError(
+            f"model {model!r} is a weights file without open_clip's {CONFIG_FILE} beside it, so its architecture "
+            f"is unknown: name it, model='open_clip:ARCH/TAG:{path}' (architectures: {', '.join(ARCHITECTURES)})"
+        )
+    return _from_sidecar(path, sidecar)
+
+
+def _weights_path(text: str, model: str) -> Path:
+    path = Path(os.path.expanduser(text))
+    if not path.is_file():
+        raise FileNotFoundError(f"model {model!r}: no weights file at {path}")
+    if path.suffix not in WEIGHT_SUFFIXES:
+        raise ValueError(f"model {model!r}: {path.name} is not a weights file ({', '.join(WEIGHT_SUFFIXES)})")
+    return path.resolve()
+
+
+def _from_tables(path: Path, architecture: str, tag: str | None, model: str) -> OpenClipSource:
+    arch = ARCHITECTURES.get(architecture)
+    if arch is None:
+        raise ValueError(
+            f"model {model!r}: unknown OpenCLIP architecture {architecture!r}; capeval loads the ViT CLIPs "
+            f"transformers' CLIPModel holds: {', '.join(ARCHITECTURES)}"
+        )
+    tags = tags_of(architecture)
+    if tag is None:
+        settings = {PRETRAINED[(base_name(architecture), t)] for t in tags}
+        kinds = {s for s in settings if s.quick_gelu == arch.quick_gelu}
+        if len(kinds) != 1:
+            raise ValueError(
+                f"model {model!r}: the pretrained tags of {architecture} differ in normalisation, resize or "
+                f"activation, so name the tag the weights were trained as: 'open_clip:{architecture}/TAG:...' "
+                f"with TAG one of {', '.join(tags)}"
+            )
+        return OpenClipSource(path, architecture, arch, kinds.pop())
+    settings = PRETRAINED.get((base_name(architecture), tag))
+    if settings is None:
+        raise ValueError(
+            f"model {model!r}: open_clip lists no pretrained tag {tag!r} for {architecture} (it lists "
+            f"{', '.join(tags) or 'none'})"
+        )
+    if settings.quick_gelu != arch.quick_gelu:
+        wanted = base_name(architecture) + ("-quickgelu" if settings.quick_gelu else "")
+        raise ValueError(
+            f"model {model!r}: {base_name(architecture)}/{tag} was trained with "
+            f"{'QuickGELU' if settings.quick_gelu else 'GELU'}, but architecture {architecture} uses "
+            f"{'QuickGELU' if arch.quick_gelu else 'GELU'}: name it open_clip:{wanted}/{tag}"
+        )
+    return OpenClipSource(path, f"{architecture}/{tag}", arch, settings)
+
+
+def _from_sidecar(path: Path, sidecar: Path) -> OpenClipSource:
+    try:
+        raw = sidecar.read_text()
+        config = json.loads(raw)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{sidecar} is not readable JSON ({err})") from err
+    model_cfg = config.get("model_cfg") if isinstance(config, dict) else None
+    if not isinstance(model_cfg, dict):
+        raise ValueError(f"{sidecar} has no model_cfg object (open_clip's hf_hub layout)")
+    vision, text = model_cfg.get("vision_cfg"), model_cfg.get("text_cfg")
+    if not isinstance(vision, dict) or not isinstance(text, dict):
+        raise ValueError(f"{sidecar}: model_cfg needs vision_cfg and text_cfg objects")
+    foreign = sorted(
+        [k for k in model_cfg if k not in _TOP_KEYS]
+        + [f"vision_cfg.{k}" for k in vision if k not in _VISION_KEYS]
+        + [f"text_cfg.{k}" for k in text if k not in _TEXT_KEYS]
+    )
+    if foreign:
+        raise ValueError(
+            f"{sidecar}: model_cfg sets {foreign}, which transformers' CLIPModel does not reproduce; capeval loads "
+            "plain ViT CLIPs (see capeval.clip.open_clip_tables)"
+        )
+    if not isinstance(vision.get("layers", 12), int) or not isinstance(vision.get("image_size", 224), int):
+        raise ValueError(
+            f"{sidecar}: vision_cfg layers and image_size must be integers (a ResNet tower is not a ViT)"
+        )
+    try:
+        arch = OpenClipArchitecture(
+            embed_dim=int(model_cfg["embed_dim"]),
+            image_size=int(vision.get("image_size", 224)),
+            patch_size=int(vision.get("patch_size", 16)),
+            vision_width=int(vision.get("width", 768)),
+            vision_layers=int(vision.get("layers", 12)),
+            vision_head_width=int(vision.get("head_width", 64)),
+            text_width=int(text.get("width", 512)),
+            text_heads=int(text.get("heads", 8)),
+            text_layers=int(text.get("layers", 12)),
+            context_length=int(text.get("context_length", 77)),
+            vocab_size=int(text.get("vocab_size", 49408)),
+            quick_gelu=bool(model_cfg.get("quick_gelu", False)),
+        )  # defaults: open_clip's CLIPVisionCfg / CLIPTextCfg
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{sidecar}: model_cfg is incomplete or not numeric ({err})") from err
+    pre = config.get("preprocess_cfg", {})
+    if not isinstance(pre, dict):
+        raise ValueError(f"{sidecar}: preprocess_cfg must be an object")
+    settings = _preprocessing(pre, sidecar, arch.quick_gelu)
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
+    return OpenClipSource(path, path.parent.name, arch, settings, digest)
+
+
+def _preprocessing(pre: dict, sidecar: Path, quick_gelu: bool) -> PretrainedTag:
+    """open_clip's PreprocessCfg (its defaults: OpenAI mean/std, bicubic, "shortest") as a PretrainedTag."""
+    interpolation = pre.get("interpolation", "bicubic")
+    resize_mode = pre.get("resize_mode", "shortest")
+    if interpolation != "bicubic" or resize_mode not in ("shortest", "squash"):
+        raise ValueError(
+            f"{sidecar}: preprocess_cfg has interpolation={interpolation!r}, resize_mode={resize_mode!r}; capeval "
+            "reproduces bicubic with 'shortest' (resize and centre crop) or 'squash'"
+        )
+    tag = PretrainedTag(resize_mode=resize_mode, quick_gelu=quick_gelu)
+    mean, std = pre.get("mean", tag.mean), pre.get("std", tag.std)
+    ok = all(
+        isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v)
+        for v in (mean, std)
+    )
+    if not ok or min(std) <= 0:
+        raise ValueError(
+            f"{sidecar}: preprocess_cfg mean/std must be three numbers each (std > 0), got {mean}, {std}"
+        )
+    return PretrainedTag(tuple(map(float, mean)), tuple(map(float, std)), resize_mode, quick_gelu)
+
+
+def clip_config(arch: OpenClipArchitecture, vision_mlp: int, text_mlp: int):
+    """The transformers ``CLIPConfig`` of an architecture (MLP widths from the tensors: open_clip's mlp_ratio)."""
+    from transformers import CLIPConfig
+
+    act = "quick_gelu" if arch.quick_gelu else "gelu"  # open_clip: QuickGELU, else nn.GELU (exact erf)
+    return CLIPConfig(
+        text_config={
+            "vocab_size": arch.vocab_size,
+            "hidden_size": arch.text_width,
+            "intermediate_size": text_mlp,
+            "num_hidden_layers": arch.text_layers,
+            "num_attention_heads": arch.text_heads,
+            "max_position_embeddings": arch.context_length,
+            "hidden_act": act,
+            "layer_norm_eps": LAYER_NORM_EPS,
+            "projection_dim": arch.embed_dim,
+            "bos_token_id": 49406,  # OpenAI's BPE: <|startoftext|>, <|endoftext|> (pooled: open_clip's argmax)
+            "eos_token_id": 49407,
+        },
+        vision_config={
+            "hidden_size": arch.vision_width,
+            "intermediate_size": vision_mlp,
+            "num_hidden_layers": arch.vision_layers,
+            "num_attention_heads": arch.vision_heads,
+            "image_size": arch.image_size,
+            "patch_size": arch.patch_size,
+            "hidden_act": act,
+            "layer_norm_eps": LAYER_NORM_EPS,
+            "projection_dim": arch.embed_dim,
+        },
+        projection_dim=arch.embed_dim,
+    )
+
+
+def build_open_clip_model(source: OpenClipSource, what: str):
+    """A ``CLIPModel`` holding the file's weights, after its shapes are checked against the architecture.
+
+    Raises:
+        ValueError: unreadable or unsafe file, NaN/inf weights, a shape that differs from the architecture (named),
+            missing or unused tensors.
+    """
+    from transformers import CLIPModel
+
+    from capeval.clip.checkpoints.files import check_finite, read_state_dict
+    from capeval.clip.checkpoints.layout import ClipGeometry, convert_openai_state_dict, copy_into
+
+    sd = read_state_dict(source.path)
+    check_finite(sd.items(), what)
+    arch = source.architecture
+    have = ClipGeometry.from_state_dict(sd)
+    want = ClipGeometry(
+        arch.vision_width, arch.vision_layers, arch.patch_size, arch.image_size, arch.text_width,
+        arch.text_layers, arch.context_length, arch.vocab_size, arch.embed_dim,
+    )  # fmt: skip
+    if have != want:
+        raise ValueError(
+            f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "
+            f"architecture): {', '.join(have.differences(want))}"
+        )
+    fc = [
+        (k, sd[k].shape[0])
+        for k in ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
+    ]
+    missing = [k for k, _ in fc if k not in sd]
+    if missing:
+        raise ValueError(f"{what} lacks {missing}: not an OpenCLIP ViT state dict")
+    config = clip_config(arch, fc[0][1], fc[1][1])
+    torch.manual_seed(0)  # every tensor is overwritten below; a fixed seed keeps the build itself repeatable
+    model = CLIPModel(config)
+    copy_into(model, convert_openai_state_dict(sd), what, check_base=False)
+    return model
+
+
+def load_tokenizer(source: OpenClipSource, what: str):
+    """OpenAI's BPE tokenizer: from files beside the weights, else the cached ``openai/clip-vit-base-patch32`` one.
+
+    Raises:
+        ValueError: neither is available (the files to add named).
+    """
+    from transformers import CLIPTokenizer
+
+    from capeval.clip.tokenizer_check import missing_tokenizer_files
+
+    folder = source.path.parent
+    if not missing_tokenizer_files(folder):
+        return CLIPTokenizer.from_pretrained(str(folder))
+    from huggingface_hub import try_to_load_from_cache
+
+    # Asked of the cache first: transformers gives back an empty tokenizer for a repo it cannot find locally.
+    cached = [try_to_load_from_cache(TOKENIZER_SOURCE, name) for name in ("tokenizer.json", "vocab.json")]
+    try:
+        if not any(isinstance(c, str) for c in cached):
+            raise OSError(f"{TOKENIZER_SOURCE} is not in the Hugging Face cache")
+        return CLIPTokenizer.from_pretrained(TOKENIZER_SOURCE, local_files_only=True)
+    except OSError as err:
+        raise ValueError(
+            f"{what}: no tokenizer: put OpenAI's CLIP tokenizer files (tokenizer.json, or vocab.json and merges.txt, "
+            f"as in {TOKENIZER_SOURCE}) beside the weights in {folder}, or have {TOKENIZER_SOURCE} in the Hugging "
+            "Face cache"
+        ) from err
+
+
+def open_clip_fields(
+    source: OpenClipSource,
+    model: str,
+    revision: str,
+    dev: torch.device,
+    dt: torch.dtype,
+    checkpoint: str | None,
+) -> dict:
+    """The ``Backbone`` fields of an OpenCLIP file: the model built, checked, on ``dev`` in ``dt``.
+
+    Raises:
+        ValueError: see ``build_open_clip_model`` and ``load_tokenizer``; a tokenizer that does not fit.
+    """
+    from capeval.clip.checkpoints.files import check_finite
+    from capeval.clip.image_constants import known_origin, open_clip_origin
+    from capeval.clip.image_geometry import ProcessorGeometry
+    from capeval.clip.tokenizer_check import check_clip_tokenizer
+
+    what = f"model {model!r}"
+    clip = build_open_clip_model(source, what)
+    tokenizer = load_tokenizer(source, what)
+    check_clip_tokenizer(tokenizer, clip.config.text_config, what)
+    weights_tag = None
+    if checkpoint is not None:
+        from capeval.clip.checkpoints.load import load_checkpoint_into
+
+        weights_tag = load_checkpoint_into(clip, checkpoint)
+    clip.eval().requires_grad_(False)
+    clip.to(device=dev, dtype=dt)
+    if dt != torch.float32:  # float16 tops out at 65504: a larger weight becomes inf in the cast
+        check_finite(clip.state_dict().items(), what, cast_to=dt)
+    arch, pre = source.architecture, source.preprocessing
+    size = arch.image_size
+    if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) without a crop
+        size = ProcessorGeometry(size, ("exact", size, size), None, 3)
+    origin = open_clip_origin(*source.name.split("/", 1)) if "/" in source.name else None
+    return {
+        "model": clip,
+        "tokenizer": tokenizer,
+        "model_id": source.model_id,
+        "revision": revision,
+        "device": dev,
+        "dtype": dt,
+        "image_size": size,
+        "image_mean": tuple(pre.mean),
+        "image_std": tuple(pre.std),
+        "context_length": arch.context_length,
+        "weights": weights_tag,
+        "origin": origin if origin is not None and known_origin(origin) is not None else None,
+    }

@@ -1,0 +1,245 @@
+"""OpenCLIP weights files as a base model= (issue 18, item 2): open_clip's state-dict layout with its architecture
+name and pretrained tag, or with open_clip's own open_clip_config.json beside it.
+
+Independent references: the CLIP authors' clip/model.py ``build_model`` on the same state dict (open_clip's ViT
+names are OpenAI's; QuickGELU, 64-wide heads; for GELU architectures its QuickGELU is swapped for torch's exact
+GELU, which open_clip uses), with transformers' own CLIP image processor for its pixels and the authors' tokenizer
+for its token ids; and the same weights saved as a transformers folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import capeval
+from capeval.clip.backbones import load_backbone
+from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.testing.open_clip_layout import open_clip_state_dict, write_open_clip_file
+from capeval.testing.shapes import example_items
+from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+
+PREFIX = "A photo depicts"
+OPENAI_PRE = {"mean": list(OPENAI_IMAGE_MEAN), "std": list(OPENAI_IMAGE_STD)}
+
+
+@pytest.fixture(scope="module")
+def world():
+    items = list(example_items(5).values())
+    return (
+        [it["image"] for it in items],
+        [it["candidate"] for it in items],
+        [it["references"] for it in items],
+    )
+
+
+def tiny_model(act: str = "quick_gelu", seed: int = 0):
+    """A tiny CLIPModel whose heads are 64 wide (as the authors' build_model derives them), fp16-exact weights."""
+    from transformers import CLIPModel
+
+    config = tiny_clip_config(
+        hidden_size=128, heads=2, layers=2, image_size=32, patch_size=8, projection_dim=32
+    )
+    config.text_config.hidden_act = config.vision_config.hidden_act = act
+    torch.manual_seed(seed)
+    # The authors' build_model casts its weights to fp16 (convert_weights): values it can hold exactly keep the
+    # two models on the same numbers.
+    return CLIPModel(config).eval().half().float()
+
+
+def reference_clip_s(
+    state_dict, captions, images, act: str, monkeypatch, squash: bool = False, mean=None, std=None
+):
+    """CLIP-S from the authors' model built on the open_clip state dict (see the module docstring)."""
+    from transformers import CLIPImageProcessorPil
+
+    from capeval.testing.openai_reference import model_module, openai_tokenize
+
+    module = model_module()
+    if act == "gelu":
+        monkeypatch.setattr(module, "QuickGELU", torch.nn.GELU)
+    ref = module.build_model({k: v.clone() for k, v in state_dict.items()}).float().eval()
+    size = ref.visual.input_resolution
+    geometry = (
+        {"size": {"height": size, "width": size}, "do_center_crop": False}
+        if squash
+        else {"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}}
+    )
+    processor = CLIPImageProcessorPil(
+        **geometry, image_mean=list(mean or OPENAI_IMAGE_MEAN), image_std=list(std or OPENAI_IMAGE_STD)
+    )
+    pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+    ids = openai_tokenize([f"{PREFIX} {c}" for c in captions])
+    tokens = torch.zeros(len(ids), 77, dtype=torch.long)
+    for row, x in enumerate(ids):
+        tokens[row, : len(x)] = torch.tensor(x)
+    with torch.no_grad():
+        image, text = ref.encode_image(pixels), ref.encode_text(tokens)
+    return (2.5 * F.cosine_similarity(image, text).clamp(min=0)).tolist()
+
+
+@pytest.mark.parametrize(
+    ("act", "filename"),
+    [("quick_gelu", "open_clip_pytorch_model.bin"), ("gelu", "open_clip_model.safetensors")],
+)
+def test_sidecar_file_scores_equal_the_authors_model(tmp_path, world, act, filename, monkeypatch):
+    images, captions, _ = world
+    model = tiny_model(act)
+    path = write_open_clip_file(
+        model, tmp_path / "oc", filename, OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    out = capeval.CLIPScore(model=str(path))(captions, images=images)
+    reference = reference_clip_s(open_clip_state_dict(model), captions, images, act, monkeypatch)
+    assert out["scores"] == pytest.approx(reference, abs=1e-5)
+    assert out["signature"].split("|")[1].startswith("model=open_clip:oc@sha256:")
+
+
+def test_every_metric_equals_the_same_weights_as_a_transformers_folder(tmp_path, world):
+    images, captions, references = world
+    model = tiny_model()
+    path = write_open_clip_file(
+        model, tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    folder = save_clip_folder(model, build_clip_tokenizer(), tmp_path / "hf")
+    capeval.clip.backbones.write_preprocessor_config(folder, 32, OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD)
+    for metric, args in (
+        (capeval.CLIPScore, (captions,)),
+        (capeval.RefCLIPScore, (captions, references)),
+    ):
+        a = metric(model=str(path))(*args, images=images)
+        b = metric(model=str(folder))(*args, images=images)
+        assert a["scores"] == pytest.approx(b["scores"], abs=1e-6)
+    em_a = capeval.EMScore(model=str(path))(captions, references)
+    em_b = capeval.EMScore(model=str(folder))(captions, references)
+    assert em_a["scores"] == pytest.approx(em_b["scores"], abs=1e-6)
+
+
+def test_squash_and_inception_preprocessing_follow_the_config(tmp_path, world, monkeypatch):
+    images, captions, _ = world
+    model = tiny_model()
+    pre = {
+        "mean": [0.5, 0.5, 0.5],
+        "std": [0.5, 0.5, 0.5],
+        "resize_mode": "squash",
+        "interpolation": "bicubic",
+    }
+    path = write_open_clip_file(model, tmp_path / "oc", preprocess_cfg=pre, tokenizer=build_clip_tokenizer())
+    out = capeval.CLIPScore(model=str(path))(captions, images=images)
+    reference = reference_clip_s(
+        open_clip_state_dict(model), captions, images, "quick_gelu", monkeypatch, squash=True,
+        mean=[0.5] * 3, std=[0.5] * 3,
+    )  # fmt: skip
+    assert out["scores"] == pytest.approx(reference, abs=1e-5)
+    assert "image_mean=0.5,0.5,0.5" in out["signature"]
+    assert "image_resize=exact:32x32" in out["signature"]
+
+
+def test_the_sidecar_is_part_of_the_revision(tmp_path):
+    model = tiny_model()
+    path = write_open_clip_file(
+        model, tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    first = load_backbone(str(path)).name
+    config = json.loads((tmp_path / "oc" / "open_clip_config.json").read_text())
+    config["model_cfg"]["quick_gelu"] = False
+    (tmp_path / "oc" / "open_clip_config.json").write_text(json.dumps(config))
+    second = load_backbone(str(path))
+    assert second.name != first
+    assert second.model.config.text_config.hidden_act == "gelu"
+
+
+def test_named_architecture_must_fit_the_file(tmp_path):
+    path = write_open_clip_file(tiny_model(), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    with pytest.raises(
+        ValueError, match=r"not ViT-B-32/laion2b_s34b_b79k's ViT-B/32 .*differences .*vision_width 128 vs 768"
+    ):
+        load_backbone(f"open_clip:ViT-B-32/laion2b_s34b_b79k:{path}")
+
+
+def test_names_tags_and_activations_are_checked(tmp_path):
+    path = write_open_clip_file(tiny_model(), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    with pytest.raises(ValueError, match="unknown OpenCLIP architecture 'ViT-X-99'.*ViT-B-32, "):
+        load_backbone(f"open_clip:ViT-X-99/openai:{path}")
+    with pytest.raises(ValueError, match="no pretrained tag 'laion5b' for ViT-B-32 .*laion2b_s34b_b79k"):
+        load_backbone(f"open_clip:ViT-B-32/laion5b:{path}")
+    with pytest.raises(
+        ValueError, match="trained with QuickGELU.*name it open_clip:ViT-B-32-quickgelu/openai"
+    ):
+        load_backbone(f"open_clip:ViT-B-32/openai:{path}")
+    with pytest.raises(ValueError, match="tags of ViT-L-14 differ.*laion2b_s32b_b82k"):
+        load_backbone(f"open_clip:ViT-L-14:{path}")
+    with pytest.raises(ValueError, match="'open_clip:ARCH/TAG:/path/to/weights'"):
+        load_backbone("open_clip:ViT-B-32")
+    with pytest.raises(FileNotFoundError, match="no weights file"):
+        load_backbone(f"open_clip:ViT-B-32/openai:{tmp_path / 'absent.bin'}")
+
+
+def test_a_bare_file_needs_its_config_and_a_config_must_fit_clipmodel(tmp_path):
+    path = write_open_clip_file(tiny_model(), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    with pytest.raises(ValueError, match="without open_clip's open_clip_config.json beside it"):
+        load_backbone(str(path))
+    from capeval.clip.backbones import model_unavailable
+
+    assert "open_clip_config.json" in model_unavailable(str(path))
+    config = {
+        "model_cfg": {"embed_dim": 32, "vision_cfg": {"layers": 2, "attentional_pool": True}, "text_cfg": {}}
+    }
+    (tmp_path / "oc" / "open_clip_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"model_cfg sets \['vision_cfg.attentional_pool'\]"):
+        load_backbone(str(path))
+    config["model_cfg"]["vision_cfg"] = {"layers": [3, 4, 6, 3], "width": 64}
+    (tmp_path / "oc" / "open_clip_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="a ResNet tower is not a ViT"):
+        load_backbone(str(path))
+
+
+def test_missing_tokenizer_is_refused_naming_the_files(tmp_path, monkeypatch):
+    import capeval.clip.open_clip_files as ocf
+
+    monkeypatch.setattr(ocf, "TOKENIZER_SOURCE", "capeval-tests/absent-tokenizer")
+    path = write_open_clip_file(tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE)
+    with pytest.raises(
+        ValueError, match="no tokenizer: put OpenAI's CLIP tokenizer files .*vocab.json and merges.txt"
+    ):
+        load_backbone(str(path))
+
+
+def test_evaluate_module_takes_the_spec(tmp_path, world, repo_root):
+    import evaluate
+
+    images, captions, _ = world
+    path = write_open_clip_file(
+        tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    expected = capeval.CLIPScore(model=str(path))(captions, images=images)
+    module = evaluate.load(str(repo_root / "metrics" / "clipscore"), model=str(path))
+    out = module.compute(predictions=captions, images=images)
+    assert out["scores"] == pytest.approx(expected["scores"], abs=1e-6)
+    assert out["signature"] == expected["signature"]
+
+
+@pytest.mark.slow
+def test_a_real_architecture_by_name_and_tag(tmp_path, world, monkeypatch):
+    # ViT-B-32 at its real size (random weights, fp16 on disk), named as open_clip names it: GELU, OpenAI's
+    # constants (laion2b_s34b_b79k), shorter side to 224 and a centre crop.
+    from transformers import CLIPModel
+
+    from capeval.testing.tiny_clip import vit_b32_config
+
+    images, captions, _ = world
+    config = vit_b32_config()
+    config.text_config.hidden_act = config.vision_config.hidden_act = "gelu"
+    torch.manual_seed(1)
+    model = CLIPModel(config).eval().half().float()  # values exactly representable in the fp16 file
+    path = write_open_clip_file(
+        model.half(), tmp_path / "b32", "open_clip_model.safetensors", tokenizer=build_clip_tokenizer()
+    )
+    model.float()
+    spec = f"open_clip:ViT-B-32/laion2b_s34b_b79k:{path}"
+    out = capeval.CLIPScore(model=spec)(captions[:3], images=images[:3])
+    reference = reference_clip_s(open_clip_state_dict(model), captions[:3], images[:3], "gelu", monkeypatch)
+    assert out["scores"] == pytest.approx(reference, abs=1e-5)
+    assert out["signature"].split("|")[1].startswith("model=open_clip:ViT-B-32/laion2b_s34b_b79k@sha256:")
+    assert load_backbone(spec).origin == "open_clip:ViT-B-32/laion2b_s34b_b79k"
