@@ -243,3 +243,16 @@ def test_a_real_architecture_by_name_and_tag(tmp_path, world, monkeypatch):
     assert out["scores"] == pytest.approx(reference, abs=1e-5)
     assert out["signature"].split("|")[1].startswith("model=open_clip:ViT-B-32/laion2b_s34b_b79k@sha256:")
     assert load_backbone(spec).origin == "open_clip:ViT-B-32/laion2b_s34b_b79k"
+
+
+def test_the_tag_table_agrees_with_the_origin_table():
+    # Two readings of open_clip's pretrained.py: the origins of Hub conversions (image_constants) and the tags here.
+    from capeval.clip.image_constants import OPEN_CLIP_PRETRAINED
+    from capeval.clip.open_clip_tables import ARCHITECTURES, PRETRAINED, tags_of
+
+    for (arch, tag), (mean, std) in OPEN_CLIP_PRETRAINED.items():
+        assert (PRETRAINED[(arch, tag)].mean, PRETRAINED[(arch, tag)].std) == (mean, std), (arch, tag)
+    assert tags_of("ViT-B-32-quickgelu") == tags_of("ViT-B-32")
+    assert ARCHITECTURES["ViT-H-14"].vision_heads == 16  # width 1280, head_width 80 (not 1280 // 64 = 20)
+    assert PRETRAINED[("ViT-H-14", "dfn5b")].resize_mode == "squash"
+    assert {arch for arch, _ in PRETRAINED} <= set(ARCHITECTURES)
