@@ -252,6 +252,29 @@ def test_a_video_over_the_length_limit_is_a_message(space, tmp_path):
     _screenshot(page, "limit-video-length")
 
 
+def test_an_eps_file_named_jpg_is_refused_by_format_in_the_browser(space, tmp_path):
+    page = space("clipscore")
+    eps = tmp_path / "holiday.jpg"
+    eps.write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\nshowpage\n")
+    page.locator("#image-input input[type=file]").set_input_files(str(eps))
+    page.fill("#captions-input textarea", "a holiday")
+    page.click("#score-button")
+    _expect_message(page, "The image is in the EPS format")
+    _screenshot(page, "refused-eps-image")
+
+
+def test_an_hls_playlist_is_refused_by_name_in_the_browser(space, tmp_path):
+    page = space("emscore")
+    # The page itself takes only video file types: a playlist arrives named as a video.
+    playlist = tmp_path / "clip.mp4"
+    playlist.write_text("#EXTM3U\n#EXTINF:10,\n/etc/hostname\n#EXT-X-ENDLIST\n")
+    page.locator("#video-input input[type=file]").set_input_files(str(playlist))
+    page.fill("#captions-input textarea", "a clip")
+    page.click("#score-button")
+    _expect_message(page, "The file is an HLS playlist")
+    _screenshot(page, "refused-hls-playlist")
+
+
 def test_too_many_captions_is_a_message(space):
     page = space("wmd")
     page.fill("#captions-input textarea", "\n".join(f"caption number {i}" for i in range(17)))

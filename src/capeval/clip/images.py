@@ -3,7 +3,8 @@
 The preprocessing re-states the OpenAI transform used by the CLIPScore and PAC-S authors
 (``clip/clip.py``: ``Resize(n, BICUBIC)``, ``CenterCrop(n)``, ``convert("RGB")``, ``ToTensor``,
 ``Normalize(mean, std)``) with PIL alone, in that order: the RGB conversion happens *after* the
-crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. Two
+crop, exactly as there, so palette, grayscale and 16/32-bit images are resized in their own mode. Files and bytes are opened in the
+raster formats of ``capeval.clip.image_formats`` only (an EPS file never reaches Ghostscript). Two
 bounds are capeval's own: aspect ratios beyond ``MAX_ASPECT_RATIO`` are refused (the resize would grow with
 the ratio), and so are 16/32-bit images whose samples the RGB conversion would clip (``check_sample_range``).
 """
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.image_formats import ImageFileError, open_raster
 from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.npy_images import is_npy, npy_header, read_npy
 
@@ -256,6 +258,8 @@ def _pil_errors(what: str):
             # Above PIL's MAX_IMAGE_PIXELS PIL only warns; an image that large is refused instead.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             yield
+    except ImageFileError:
+        raise  # already names the image (and its format)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(
             f"{what} is too large: {err} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
@@ -271,10 +275,10 @@ def _pil_errors(what: str):
 
 
 def _open(source, index: int, label: str) -> Image.Image:
-    """Open a file or bytes, check its size from the header, then decode it."""
+    """Open a file or bytes in one of the allowed raster formats, check its size from the header, decode it."""
     what = _what(index, label)
     with _pil_errors(what):
-        img = Image.open(source)
+        img = open_raster(source, what)
     try:
         check_geometry(img.width, img.height, what)  # before decoding: a few bytes can declare any size
         with _pil_errors(what):

@@ -6,7 +6,8 @@ samples its cached frame features). Each frame goes through the same OpenAI prep
 
 Decoding runs on a small thread pool, a few videos ahead of the model; only the sampled frames are
 converted to RGB and resized, and they are kept at the model's input size, so memory stays small
-whatever the video resolution. A video given several times (the same path for several captions) is
+whatever the video resolution. Files are opened through ``capeval.clip.video_containers``: container formats
+only, the demuxer chosen by capeval (no playlist ever makes FFmpeg read another file). A video given several times (the same path for several captions) is
 decoded and encoded once.
 """
 
@@ -31,6 +32,7 @@ from capeval.clip.images import (
     resize_and_crop,
     tensor_pixels,
 )
+from capeval.clip.video_containers import open_video_container
 from capeval.diagnostics.categories import DamagedVideoWarning, user_stacklevel
 
 VideoInput = Any  # str | os.PathLike | Sequence[image] | np.ndarray (T, H, W, C) | torch.Tensor (T, C, H, W)
@@ -143,7 +145,7 @@ def _open_container(av, path: Path, index: int, label: str):
     if path.stat().st_size == 0:
         raise ValueError(f"video {index}{label} is an empty file (0 bytes)")
     try:
-        container = av.open(str(path))
+        container = open_video_container(av, path, f"video {index}{label}")
     except av.error.FFmpegError as err:
         raise ValueError(f"video {index}{label} is not a readable video file: {err}") from err
     if not container.streams.video:

@@ -3,12 +3,19 @@
 Gradio's own ``Image``/``Video``/``File`` components accept, through the API, a file payload whose path is
 an ``http(s)://`` URL and then download it on the server. The components here refuse that (the server
 fetches nothing a visitor names), accept only files inside Gradio's upload folder (never a server path
-typed into a request), and check size, pixel count and video length from the file headers before
-anything decodes the data. They render with Gradio's own front-end components.
+typed into a request), and check format, size, pixel count and video length from the file headers before
+anything decodes the data. Images are opened in capeval's raster formats only and videos with capeval's
+container demuxers only (``capeval.clip.image_formats``, ``capeval.clip.video_containers``), the lists every
+other path uses; Gradio never decodes an upload itself (a pasted image arrives as a ``data:`` URL, which is
+checked the same way and kept byte for byte). They render with Gradio's own front-end components.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import io
 import math
 import os
 import warnings
@@ -20,7 +27,9 @@ from gradio import utils as gr_utils
 from gradio_client import utils as client_utils
 from PIL import Image, UnidentifiedImageError
 
+from capeval.clip.image_formats import ImageFileError, open_raster
 from capeval.clip.images import MAX_ASPECT_RATIO, resized_size
+from capeval.clip.video_containers import VideoContainerError, open_video_container
 from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
 
 
@@ -107,19 +116,24 @@ def check_request_pixels(pixels: int, limits: Limits = DEFAULT_LIMITS, what: str
         )
 
 
-def check_image_header(path: Path, limits: Limits = DEFAULT_LIMITS, what: str = "image") -> tuple[int, int]:
+def check_image_header(
+    path: Path | io.BytesIO, limits: Limits = DEFAULT_LIMITS, what: str = "image"
+) -> tuple[int, int]:
     """(width, height) read from the header only, refused above ``limits.max_image_pixels`` or past the
     aspect ratio capeval resizes (``check_aspect_ratio``).
 
     Raises:
-        InputError: not an image, too many pixels (a decompression bomb is refused before decoding), or an
+        InputError: not an image in an allowed raster format (the format named), too many pixels (a
+            decompression bomb is refused before decoding), or an
             aspect ratio whose resize would be out of proportion to the file (a 1x25,000,000 strip).
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with open_raster(path if isinstance(path, io.BytesIO) else str(path), f"The {what}") as img:
                 width, height = img.size
+    except ImageFileError as err:
+        raise InputError(str(err)) from err
     except Image.DecompressionBombError as err:
         raise InputError(
             f"The {what} has too many pixels; this demo accepts at most "
@@ -146,7 +160,7 @@ def check_video_header(path: Path, limits: Limits = DEFAULT_LIMITS) -> float:
     import av
 
     try:
-        with av.open(str(path)) as container:
+        with open_video_container(av, path, "The file") as container:
             if not container.streams.video:
                 raise InputError("The file has no video stream.")
             stream = container.streams.video[0]
@@ -160,6 +174,8 @@ def check_video_header(path: Path, limits: Limits = DEFAULT_LIMITS) -> float:
                 seconds = stream.frames / float(stream.average_rate)
     except InputError:
         raise
+    except VideoContainerError as err:
+        raise InputError(str(err)) from err
     except (av.error.FFmpegError, OSError, ValueError) as err:
         raise InputError("The file is not a readable video.") from err
     if seconds is None or not math.isfinite(seconds):
@@ -183,11 +199,42 @@ def video_frame_size(path: Path) -> tuple[int, int]:
     import av
 
     try:
-        with av.open(str(path)) as container:
+        with open_video_container(av, path, "The file") as container:
             codec = container.streams.video[0].codec_context
             return int(codec.width or 0), int(codec.height or 0)
+    except VideoContainerError as err:
+        raise InputError(str(err)) from err
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as err:
         raise InputError("The file is not a readable video.") from err
+
+
+def save_pasted_image(url: str, limits: Limits = DEFAULT_LIMITS) -> Path:
+    """A pasted image (a ``data:`` URL holding the file base64-encoded), checked like an upload and written
+    unchanged into the upload folder.
+
+    Raises:
+        InputError: not base64, over ``limits.max_file_size``, or not an image ``check_image_header`` accepts.
+    """
+    header, _, encoded = url.partition(",")
+    if not header.endswith(";base64"):
+        raise InputError("The pasted image is not base64-encoded; upload the file instead.")
+    if len(encoded) * 3 // 4 > limits.max_file_size:
+        raise InputError(
+            f"The pasted image is {_mb(len(encoded) * 3 // 4)}; this demo accepts at most "
+            f"{_mb(limits.max_file_size)}."
+        )
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise InputError("The pasted image is not valid base64; upload the file instead.") from err
+    check_image_header(io.BytesIO(data), limits, "pasted image")
+    with open_raster(io.BytesIO(data), "The pasted image") as img:  # within the pixel limit: checked above
+        suffix = img.format.lower()
+    folder = upload_folder() / "capeval-pasted"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()}.{suffix}"
+    path.write_bytes(data)
+    return path
 
 
 # Gradio's component metaclass writes a typing stub (<module>.pyi) next to the source of every component
@@ -250,20 +297,20 @@ class UploadedImage(_LocalOnly, gr.Image):
         self.limits = limits
 
     def preprocess(self, payload):
+        # Gradio's own preprocessing is never called: it opens the file with every PIL format and, for a
+        # data: URL, decodes and re-saves the picture (running Ghostscript on EPS bytes).
         if payload is None:
             return None
         try:
-            if payload.path and not (payload.url or "").startswith("data:"):
-                path = check_uploaded_file(payload.path, self.limits.max_file_size, "image")
-                check_image_header(path, self.limits)
-            value = super().preprocess(payload)
-            if value is not None:
-                # A pasted (base64) image was written to the cache by Gradio: check what it wrote.
-                path = check_uploaded_file(value, self.limits.max_file_size, "image")
-                check_image_header(path, self.limits)
+            if (payload.url or "").startswith("data:"):
+                return str(save_pasted_image(payload.url, self.limits))
+            if not payload.path:
+                raise InputError("The image upload is empty; upload it again.")
+            path = check_uploaded_file(payload.path, self.limits.max_file_size, "image")
+            check_image_header(path, self.limits)
         except InputError as err:
             raise _as_gr_error(err) from None
-        return value
+        return str(path)
 
 
 class UploadedVideo(_LocalOnly, gr.Video):

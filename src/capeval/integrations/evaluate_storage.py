@@ -56,7 +56,7 @@ def _pil_bytes(image: Image.Image, what: str) -> bytes:
     if image.mode in TIFF_MODES:
         image.save(buffer, format="TIFF")
         data = buffer.getvalue()
-        with Image.open(io.BytesIO(data)) as back:
+        with Image.open(io.BytesIO(data), formats=["TIFF"]) as back:  # our own bytes, read as written
             if back.mode == image.mode and back.size == image.size and back.tobytes() == image.tobytes():
                 return data
     raise ValueError(
