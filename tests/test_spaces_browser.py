@@ -271,7 +271,7 @@ def test_an_hls_playlist_is_refused_by_name_in_the_browser(space, tmp_path):
     page.locator("#video-input input[type=file]").set_input_files(str(playlist))
     page.fill("#captions-input textarea", "a clip")
     page.click("#score-button")
-    _expect_message(page, "The file is an HLS playlist")
+    _expect_message(page, "it is an HLS playlist")
     _screenshot(page, "refused-hls-playlist")
 
 

@@ -109,7 +109,7 @@ def test_videos_over_the_length_limit_are_refused_from_the_container(uploads):
 def test_a_file_that_is_not_a_video_is_a_message(uploads):
     path = uploads / "fake.mp4"
     path.write_bytes(b"not a video at all")
-    with pytest.raises(InputError, match="The file is a text file; capeval opens only MP4"):
+    with pytest.raises(InputError, match="not a readable video"):
         check_video_header(path, DEFAULT_LIMITS)
 
 

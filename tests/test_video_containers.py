@@ -109,7 +109,7 @@ def test_videos_written_by_pyav_are_detected_and_decode(tmp_path, name):
 def test_playlists_scripts_and_text_are_refused_by_name_unread(tmp_path, content, named):
     path = tmp_path / "video.mp4"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"video 3 \('.*video.mp4'\) is {named}"):
+    with pytest.raises(ValueError, match=rf"video 3 \('.*video.mp4'\) is (not a readable video file: it is )?{named}"):
         read_frames(path, 2, 16, 3)
 
 
@@ -117,7 +117,7 @@ def test_binary_that_is_no_container_is_refused(tmp_path):
     path = tmp_path / "v.bin"
     path.write_bytes(bytes(range(256)) * 8)
     with pytest.raises(
-        VideoContainerError, match=r"is not a readable video file \(no container capeval opens\)"
+        VideoContainerError, match="is not a readable video file: it is no container capeval opens"
     ):
         read_frames(path, 2, 16, 0)
 
@@ -150,7 +150,7 @@ def test_emscore_refuses_an_hls_playlist_and_never_reads_the_file_it_names(
 
     playlist = _hls(tmp_path / name, watched.path)
     scorer = EMScore(model=str(tiny_clip_dir), device="cpu")
-    with pytest.raises(ValueError, match=rf"video 0 \('.*{name}'\) is an HLS playlist"):
+    with pytest.raises(ValueError, match=rf"video 0 \('.*{name}'\) is not a readable video file: it is an HLS playlist"):
         scorer(["a dog"], videos=[str(playlist)])
     assert not watched.opened()
 
@@ -161,7 +161,7 @@ def test_the_emscore_module_refuses_a_concat_script(tmp_path, tiny_clip_dir, wat
     script = tmp_path / "v.mkv"
     script.write_text(f"ffconcat version 1.0\nfile '{watched.path}'\n")
     module = evaluate.load(str(Path(__file__).resolve().parents[1] / "metrics" / "emscore"))
-    with pytest.raises(ValueError, match="is an FFmpeg concat script"):
+    with pytest.raises(ValueError, match="is not a readable video file: it is an FFmpeg concat script"):
         module.compute(predictions=["a dog"], videos=[str(script)], model=str(tiny_clip_dir), device="cpu")
     assert not watched.opened()
 
@@ -173,7 +173,7 @@ def test_the_space_refuses_an_uploaded_hls_playlist_and_never_reads_the_file_it_
     from capeval.demo.uploads import UploadedVideo
 
     playlist = _hls(uploads / "list.m3u8", watched.path)
-    with pytest.raises(gr.Error, match="The file is an HLS playlist"):
+    with pytest.raises(gr.Error, match="The file is not a readable video file: it is an HLS playlist"):
         UploadedVideo().preprocess(FileData(path=str(playlist), orig_name="list.m3u8"))
     assert not watched.opened()
 
@@ -183,7 +183,7 @@ def test_the_emscore_space_panel_refuses_a_playlist(uploads, watched, tiny_clip_
 
     monkeypatch.setenv("CAPEVAL_DEMO_MODEL", str(tiny_clip_dir))
     playlist = _hls(uploads / "list.m3u8", watched.path)
-    with pytest.raises(InputError, match="is an HLS playlist"):
+    with pytest.raises(InputError, match="it is an HLS playlist"):
         get_panel("emscore").score(
             video=str(playlist), captions="a dog", model=str(tiny_clip_dir), num_frames=2
         )

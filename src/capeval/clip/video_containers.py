@@ -70,7 +70,7 @@ def _what_it_is(head: bytes) -> str:
     try:
         head.decode("utf-8")
     except UnicodeDecodeError:
-        return "not a readable video file (no container capeval opens)"
+        return "no container capeval opens"
     return "a text file"
 
 
@@ -92,7 +92,7 @@ def open_video_container(av, path: str | os.PathLike, what: str):
     demuxer = detect_container(head)
     if demuxer is None:
         raise VideoContainerError(
-            f"{what} is {_what_it_is(head)}; capeval opens only "
+            f"{what} is not a readable video file: it is {_what_it_is(head)}; capeval opens only "
             f"{', '.join(VIDEO_CONTAINERS.values())} videos (capeval.clip.video_containers.VIDEO_CONTAINERS) "
             "and refuses other formats unread: re-encode it, e.g. as MP4"
         )
