@@ -109,7 +109,9 @@ def test_videos_written_by_pyav_are_detected_and_decode(tmp_path, name):
 def test_playlists_scripts_and_text_are_refused_by_name_unread(tmp_path, content, named):
     path = tmp_path / "video.mp4"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"video 3 \('.*video.mp4'\) is (not a readable video file: it is )?{named}"):
+    with pytest.raises(
+        ValueError, match=rf"video 3 \('.*video.mp4'\) is (not a readable video file: it is )?{named}"
+    ):
         read_frames(path, 2, 16, 3)
 
 
@@ -150,7 +152,9 @@ def test_emscore_refuses_an_hls_playlist_and_never_reads_the_file_it_names(
 
     playlist = _hls(tmp_path / name, watched.path)
     scorer = EMScore(model=str(tiny_clip_dir), device="cpu")
-    with pytest.raises(ValueError, match=rf"video 0 \('.*{name}'\) is not a readable video file: it is an HLS playlist"):
+    with pytest.raises(
+        ValueError, match=rf"video 0 \('.*{name}'\) is not a readable video file: it is an HLS playlist"
+    ):
         scorer(["a dog"], videos=[str(playlist)])
     assert not watched.opened()
 
