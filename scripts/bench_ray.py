@@ -21,7 +21,7 @@ from pathlib import Path
 
 from capeval.corpus.ray_engine import ScoreActor, run_on_ray
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
-from capeval.corpus.shard_outputs import remove_stale_temporaries
+from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries
 from capeval.corpus.shard_run import _run_locally
 from capeval.corpus.shards import list_shards, read_shard
 from capeval.perf.simulated import simulated_backbone
@@ -123,7 +123,8 @@ def main() -> None:
     def on_ray(workers: int, actor=ScoreActor):
         scorer = RowScorer(METRICS, options)
         return lambda: run_on_ray(
-            shards, fresh(), METRICS, options, caption_column=None, image_column=None,
+            shards, fresh(), METRICS, options, records={s.name: input_record(s.path) for s in shards},
+            caption_column=None, image_column=None,
             batch_size=args.batch_size, embeddings=False, score_columns=scorer.columns(),
             image_size=scorer.image_size, num_workers=workers, actor_class=actor,
         )  # fmt: skip

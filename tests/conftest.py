@@ -70,3 +70,13 @@ def uploads():
     folder.mkdir(parents=True)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def local_ray():
+    """The tests' one local Ray (two CPUs, no dashboard), started by the first test that needs it and shared by
+    the rest of the session (Ray stops with the process); a test that shut it down leaves the next to start it."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray

@@ -14,8 +14,9 @@ import pytest
 
 import capeval
 from capeval.cli import main
-from capeval.corpus.shard_outputs import output_path, top_fraction_threshold
+from capeval.corpus.shard_outputs import output_path
 from capeval.corpus.shard_run import score_shards
+from capeval.corpus.shard_summary import top_fraction_threshold
 from capeval.corpus.shards import ShardReadError, list_shards, read_shard
 from capeval.diagnostics.categories import DamagedFileWarning
 from capeval.testing.shapes import shapes_clip_path
@@ -126,8 +127,10 @@ def test_top_fraction_is_datacomps_cut_and_kept_keys_match(scored):
     # DataComp: sort descending, threshold = value at int(21 * 0.3) = 6, keep everything >= it (7 rows).
     cut = np.sort(scores)[::-1][6]
     assert result.summary["threshold"] == pytest.approx(cut)
-    kept = (out / "kept.txt").read_text().split()
-    assert sorted(kept) == sorted(r["key"] for r in rows if r["clipscore"] >= cut)
+    kept = [json.loads(line) for line in (out / "kept.jsonl").read_text().splitlines()]
+    assert sorted((k["shard"], k["key"], k["index"]) for k in kept) == sorted(
+        (r["shard"], r["key"], r["index"]) for r in rows if r["clipscore"] >= cut
+    )
     assert len(kept) == 7 == result.summary["kept"]
     assert top_fraction_threshold(np.array([3.0, 1.0, 2.0, 2.0]), 0.5) == 2.0  # ties at the cut are all kept
     with pytest.raises(ValueError, match=r"top_fraction must be in \(0, 1\], got 0"):
@@ -212,7 +215,10 @@ def test_parquet_captions_and_references_that_are_not_text_are_row_errors(tmp_pa
     result = score_shards(tmp_path / "in", tmp_path / "out", ["refclipscore"], model=MODEL)
     errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}
     assert errors["000000000"] == "row 000000000 has a caption of type int (5) in column 'caption'"
-    assert errors["000010000"] == "row 000010000 has references that are not all text: ['a red circle', None]"
+    assert (
+        errors["000010000"]
+        == "row 000010000 has references that are not all text: reference 1 is NoneType (None)"
+    )
     assert errors["000010001"] is None  # the other row of that shard is scored
     assert result.summary["scored"] == 1 and result.summary["errors"] == 3
 

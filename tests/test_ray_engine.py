@@ -19,6 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from capeval.corpus import ray_engine  # noqa: E402
+from capeval.corpus.shard_outputs import input_record  # noqa: E402
 from capeval.corpus.shard_run import score_shards  # noqa: E402
 from capeval.testing.shapes import shapes_clip_path  # noqa: E402
 from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
@@ -26,13 +27,6 @@ from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
 pytestmark = pytest.mark.slow
 MODEL = str(shapes_clip_path())
 METRICS = ["clipscore", "refclipscore"]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +118,10 @@ def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(lo
 
         out = tmp_path / "out"
         driver_scorer = RowScorer(METRICS, {"model": MODEL})
+        shards = list_shards(root / "in")
         failed = ray_engine.run_on_ray(
-            list_shards(root / "in"), out, METRICS, {"model": MODEL, "device": None, "dtype": "float32"},
+            shards, out, METRICS, {"model": MODEL, "device": None, "dtype": "float32"},
+            records={s.name: input_record(s.path) for s in shards},
             caption_column=None, image_column=None, batch_size=4, embeddings=False,
             score_columns=driver_scorer.columns(), image_size=driver_scorer.image_size, num_workers=1,
             actor_class=DiesOnce,
@@ -202,9 +198,10 @@ def test_a_batch_that_kills_every_actor_ends_the_run_after_its_retries(local_ray
     try:
         # 1 + BATCH_RETRIES deaths of the actor on the same batch, then Ray's error
         with pytest.raises(ray.exceptions.RayError):
+            shards = list_shards(tmp_path / "in")
             ray_engine.run_on_ray(
-                list_shards(tmp_path / "in"), tmp_path / "out", ["clipscore"],
-                {"model": MODEL, "device": None, "dtype": "float32"}, caption_column=None, image_column=None,
+                shards, tmp_path / "out", ["clipscore"], {"model": MODEL, "device": None, "dtype": "float32"},
+                records={s.name: input_record(s.path) for s in shards}, caption_column=None, image_column=None,
                 batch_size=4, embeddings=False, score_columns=driver_scorer.columns(),
                 image_size=driver_scorer.image_size, num_workers=1, actor_class=AlwaysDiesOnShardOne,
             )  # fmt: skip
@@ -247,3 +244,12 @@ def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
     _assert_equal_to_local(root, out)
     keys = [k for t in _table(out).values() for k in t.key]
     assert len(keys) == len(set(keys)) == 24
+
+
+def test_text_columns_travel_as_variable_width_strings_keeping_none_and_nuls():
+    # A fixed-width numpy string column pads every row to the longest (64 rows x a 60 KB caption = 15 MB as
+    # UTF-32) and drops trailing NULs; an object column holds each string as it is.
+    column = ray_engine._text(["x" * 60_000] + ["a cat\x00\x00"] * 62 + [None])
+    assert column.dtype == object and column.nbytes == 64 * column.itemsize
+    assert column[1] == "a cat\x00\x00" and column[-1] is None
+    assert ray_engine._received(np.array([np.nan, "a"], dtype=object)) == [None, "a"]

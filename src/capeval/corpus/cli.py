@@ -20,8 +20,10 @@ def add_corpus_arguments(parser) -> None:
     )
     group.add_argument("--output", metavar="DIR", help="output folder (rerun with the same folder to resume)")
     group.add_argument("--metric", default="clipscore", choices=IMAGE_METRICS)
-    group.add_argument("--caption-column", default="caption")
-    group.add_argument("--image-column", default="image")
+    # No default: an explicit column is used as given; unset, it is "caption"/"image" for JSONL corpora and
+    # chosen once per run from the first Parquet shard's columns (written in run.json).
+    group.add_argument("--caption-column", default=None)
+    group.add_argument("--image-column", default=None)
     group.add_argument("--references-column", default=None)
     group.add_argument("--id-column", default="id")
     group.add_argument("--split", default=None, help="dataset split (datasets sources)")
@@ -60,7 +62,7 @@ def add_corpus_arguments(parser) -> None:
         "--top-fraction",
         type=cli_type("top_fraction", float, check_fraction),
         default=None,
-        help="write kept.txt with the top fraction of rows by --threshold-key (DataComp's cut, e.g. 0.3)",
+        help="write kept.jsonl with the top fraction of rows by --threshold-key (DataComp's cut, e.g. 0.3)",
     )
     shards.add_argument(
         "--save-embeddings", action="store_true", help="also write float16 image and caption embeddings"
@@ -141,8 +143,8 @@ def shards_command(args) -> int:
         args.output,
         metrics,
         engine=args.engine,
-        caption_column=None if args.caption_column == "caption" else args.caption_column,
-        image_column=None if args.image_column == "image" else args.image_column,
+        caption_column=args.caption_column,
+        image_column=args.image_column,
         threshold=args.threshold,
         top_fraction=args.top_fraction,
         threshold_key=args.threshold_key,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from capeval.corpus.items import Item
+from capeval.corpus.lock import LOCK_NAME
 
 FORMAT = 1  # in the manifest: a folder written in another layout is refused, not resumed
 
@@ -261,9 +262,30 @@ def check_manifest(output: Path, manifest: dict) -> None:
             )
         if previous != manifest:
             changed = sorted(k for k in set(previous) | set(manifest) if previous.get(k) != manifest.get(k))
+            shown = "; ".join(
+                f"{k}: {previous.get(k)!r:.200} there, {manifest.get(k)!r:.200} now" for k in changed
+            )
             raise ValueError(
-                f"{output} holds a run with other settings ({', '.join(changed)} differ): resume it with the same "
-                "source, metric, model and options, or choose another output folder"
+                f"{output} holds a run with other settings ({shown}): resume it with the same source, metric, "
+                "model and options, or choose another output folder"
             )
         return
     atomic_write(path, lambda fh: fh.write(json.dumps(manifest, indent=2) + "\n"))
+
+
+def claim_output_folder(output: Path) -> None:
+    """Refuse an output folder that holds files but no run: capeval never writes into, nor deletes from, a folder
+    it did not make (a mistyped ``--output`` pointing at a data folder).
+
+    Raises:
+        ValueError: the folder holds entries and no ``run.json``, naming a few of them.
+    """
+    if not output.is_dir() or (output / "run.json").exists():
+        return
+    entries = sorted(p.name for p in output.iterdir() if p.name != LOCK_NAME)
+    if entries:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValueError(
+            f"{output} is not a capeval output folder (it holds {shown} and no run.json): give a new or empty "
+            "folder; capeval writes nothing into a folder it did not make"
+        )

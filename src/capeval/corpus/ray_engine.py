@@ -75,22 +75,30 @@ def read_and_prepare(
 
 
 def _text(values) -> np.ndarray:
-    """Strings as a numpy string column, None as "" (object columns would make Ray fall back to pandas,
-    which cannot hold the (N, H, W, 3) pixel column)."""
-    return np.array(["" if v is None else str(v) for v in values], dtype=str)
+    """Strings (or None) as an object column: variable-width, so one long caption costs its own length only (a
+    fixed-width numpy string column pads every row to the longest and drops trailing NULs); Arrow carries it as
+    a string column with nulls, and None comes back as None."""
+    column = np.empty(len(values), dtype=object)
+    column[:] = [None if v is None else str(v) for v in values]
+    return column
 
 
-def _optional(values) -> list[str | None]:
-    return [None if v == "" else str(v) for v in values]
+_TEXT_COLUMNS = ("key", "shard", "caption", "references", "error", "failure")
+
+
+def _received(column) -> list[str | None]:
+    """A text column as it comes back from Arrow: strings, and None where there was none (a column of nulls
+    only comes back as floats, NaN for each)."""
+    return [v if isinstance(v, str) else None for v in column]
 
 
 def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
     return {
-        "key": _text([""]),
+        "key": _text([None]),
         "shard": _text([shard_name]),
         "index": np.array([-1], dtype=np.int64),
-        "caption": _text([""]),
-        "references": _text([""]),
+        "caption": _text([None]),
+        "references": _text([None]),
         "error": _text([failure]),
         "pixels": np.zeros((1, size, size, 3), dtype=np.uint8),
         "shard_rows": np.array([0], dtype=np.int64),
@@ -101,8 +109,9 @@ def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
 def _to_ray(prepared: dict[str, Any], shard_rows: int) -> dict[str, Any]:
     n = len(prepared["key"])
     out = {k: _text(prepared[k]) for k in ("key", "shard", "caption", "error")}
-    # Lists of references are ragged: carried as JSON text so every block has the same column types.
-    out["references"] = _text([None if r is None else json.dumps(list(r)) for r in prepared["references"]])
+    # Lists of references are ragged: carried as JSON text so every block has the same column types. The
+    # reader has made them lists of strings (capeval.corpus.row_checks), or None.
+    out["references"] = _text([None if r is None else json.dumps(r) for r in prepared["references"]])
     out["index"] = prepared["index"]
     out["pixels"] = prepared["pixels"]
     out["shard_rows"] = np.full(n, shard_rows, dtype=np.int64)
@@ -117,8 +126,8 @@ class ScoreActor:
         self.scorer = RowScorer(metrics, options, embeddings=embeddings)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        failure = batch["failure"]
-        if failure[0] != "":  # a failure placeholder passes through unscored, with every column
+        failure = _received(batch["failure"])
+        if failure[0] is not None:  # a failure placeholder passes through unscored, with every column
             out = {
                 k: batch[k] for k in ("key", "shard", "index", "caption", "error", "shard_rows", "failure")
             }
@@ -128,19 +137,16 @@ class ScoreActor:
                 dim = next(iter(self.scorer.scorers.values())).backbone.embed_dim
                 out["image_embedding"] = out["text_embedding"] = np.zeros((1, dim), np.float16)
             return out
-        prepared = {
-            "key": [str(k) for k in batch["key"]],
-            "shard": [str(s) for s in batch["shard"]],
-            "index": batch["index"],
-            "caption": _optional(batch["caption"]),
-            "references": [None if r == "" else json.loads(r) for r in batch["references"]],
-            "error": _optional(batch["error"]),
-            "pixels": batch["pixels"],
-        }
+        prepared = {k: _received(batch[k]) for k in ("key", "shard", "caption", "error")}
+        prepared["references"] = [
+            None if r is None else json.loads(r) for r in _received(batch["references"])
+        ]
+        prepared["index"] = batch["index"]
+        prepared["pixels"] = batch["pixels"]
         scored = self.scorer.score(prepared)
         out = {k: (v if isinstance(v, np.ndarray) else _text(v)) for k, v in scored.items()}
         out["shard_rows"] = batch["shard_rows"]
-        out["failure"] = failure
+        out["failure"] = _text(failure)
         return out
 
 
@@ -156,6 +162,7 @@ def run_on_ray(
     embeddings: bool,
     score_columns: Sequence[str],
     image_size: int,
+    records: dict[str, dict],
     ray_address: str | None = None,
     num_workers: int | None = None,
     worker_gpus: float | None = None,
@@ -167,7 +174,8 @@ def run_on_ray(
     ``score_columns`` and ``image_size`` come from a ``RowScorer`` of the same metrics built on the driver
     (``score_shards`` builds one first, so a model that cannot be loaded fails before Ray starts).
 
-    ``actor_class`` is a ``ScoreActor`` (or a subclass: the fault-injection tests kill one mid-shard).
+    ``records`` maps each shard to its ``shard_outputs.input_record``, taken before it is read, written in its
+    output. ``actor_class`` is a ``ScoreActor`` (or a subclass: the fault-injection tests kill one mid-shard).
     """
     ray = _import_ray()
     if not shards:
@@ -218,7 +226,7 @@ def run_on_ray(
             **_retry_limits(ds, max_restarts=ACTOR_RESTARTS, max_task_retries=BATCH_RETRIES),
         )
     try:
-        return _collect(ds, output, score_columns, embeddings)
+        return _collect(ds, output, score_columns, embeddings, records)
     except ray.exceptions.RayActorError as err:
         if not getattr(err, "actor_init_failed", False):
             raise
@@ -243,15 +251,18 @@ def _retry_limits(ds, **limits: int) -> dict[str, int]:
     return limits
 
 
-def _collect(ds, output: Path, score_columns: Sequence[str], embeddings: bool) -> dict[str, str]:
+def _collect(
+    ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict]
+) -> dict[str, str]:
     """Gather scored rows per shard on the driver; write each shard when its last row arrives."""
     pending: dict[str, list[dict[str, Any]]] = {}
     counts: dict[str, int] = {}
     seen: dict[str, set[int]] = {}
     failed: dict[str, str] = {}
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        batch.update({k: _text(_received(batch[k])) for k in _TEXT_COLUMNS if k in batch})
         shard = str(batch["shard"][0])
-        if batch["failure"][0] != "":
+        if batch["failure"][0] is not None:
             failed[shard] = str(batch["failure"][0])
             continue
         # A retried task may deliver a batch twice: each row index is kept once.
@@ -263,20 +274,15 @@ def _collect(ds, output: Path, score_columns: Sequence[str], embeddings: bool) -
         pending.setdefault(shard, []).append(part)
         counts[shard] = int(batch["shard_rows"][0])
         if len(seen[shard]) == counts[shard]:
-            _write(output, shard, pending.pop(shard), score_columns, embeddings)
+            _write(output, shard, pending.pop(shard), score_columns, embeddings, records[shard])
     if pending:
         missing = {s: counts[s] - len(seen[s]) for s in pending}
         raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")
     return failed
 
 
-def _write(output: Path, shard: str, parts: list[dict[str, Any]], score_columns, embeddings: bool) -> None:
-    rows: dict[str, Any] = {}
-    for name in parts[0]:
-        values = np.concatenate([p[name] for p in parts])
-        if name in ("caption", "error"):
-            values = _optional(values)
-        elif name in ("key", "shard"):
-            values = [str(v) for v in values]
-        rows[name] = values
-    write_shard_output(output, shard, rows, score_columns, embeddings)
+def _write(
+    output: Path, shard: str, parts: list[dict[str, Any]], score_columns, embeddings: bool, record: dict
+) -> None:
+    rows = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    write_shard_output(output, shard, rows, score_columns, embeddings, record)

@@ -57,6 +57,7 @@ from capeval.corpus.outputs import (
     atomic_write,
     check_manifest,
     check_part,
+    claim_output_folder,
     merge_parts,
     part_path,
     write_part,
@@ -161,8 +162,8 @@ def score_corpus(
     output_dir: str | os.PathLike,
     metric: str = "clipscore",
     *,
-    caption_column: str = "caption",
-    image_column: str = "image",
+    caption_column: str | None = None,
+    image_column: str | None = None,
     references_column: str | None = None,
     id_column: str | None = "id",
     split: str | None = None,
@@ -187,7 +188,8 @@ def score_corpus(
             streamed with ``datasets.load_dataset(name, split=split, streaming=True)``.
         output_dir: where parts and outputs go; rerunning with the same folder resumes.
         metric: ``"clipscore"``, ``"refclipscore"`` or ``"pacscore"``.
-        caption_column, image_column, references_column, id_column: the row fields used. Images are paths
+        caption_column, image_column, references_column, id_column: the row fields used (unset: ``caption``
+            and ``image``; for Parquet shards, chosen once from the first shard's columns). Images are paths
             (relative to the JSONL file), ``datasets`` Image values, or decoded pictures.
         split: split of a dataset with several.
         threshold: write ``kept.jsonl`` with the rows whose ``threshold_key`` score is at least this.
@@ -198,7 +200,7 @@ def score_corpus(
         num_workers: threads reading and decoding images (``engine="ray"``: actors holding a model).
         engine: ``"local"`` or ``"ray"``. Shards (a folder of img2dataset's ``.tar`` files or of ``.parquet``
             files, a glob, a list) and every ``"ray"`` run go through ``capeval.corpus.shard_run.score_shards``:
-            one ``scores/<shard>.parquet`` per shard, ``summary.json``, ``kept.txt``.
+            one ``scores/<shard>.parquet`` per shard, ``summary.json``, ``kept.jsonl``.
         metrics: several per-row metrics at once (shards only; default ``[metric]``).
         top_fraction: shards only: keep the top fraction by ``threshold_key`` (DataComp's cut).
         save_embeddings: shards only: also write float16 image and caption embeddings.
@@ -231,6 +233,8 @@ def score_corpus(
             f"{type(source).__name__} {source!r:.80}: use metric= and threshold="
         )
 
+    caption_column = caption_column or "caption"
+    image_column = image_column or "image"
     if metric not in IMAGE_METRICS:
         raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")
     _check_run_arguments(chunk_size, threshold, num_workers)
@@ -264,6 +268,7 @@ def score_corpus(
     if state.is_main_process:
         try:
             # The processes of one distributed run are one run: the main process holds the folder for all.
+            claim_output_folder(output)
             lock = OutputLock(output).acquire()
             src.check_not_empty()  # before run.json: a corrected source must not meet "other settings"
             for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
@@ -402,8 +407,8 @@ def _score_shard_source(
         output_dir,
         metrics,
         engine=engine,
-        caption_column=None if caption_column == "caption" else caption_column,
-        image_column=None if image_column == "image" else image_column,
+        caption_column=caption_column,
+        image_column=image_column,
         threshold=threshold,
         top_fraction=top_fraction,
         threshold_key=threshold_key,

@@ -1,20 +1,27 @@
-"""The files a shard run writes, whichever engine wrote them.
+"""The files a shard run writes, whichever engine wrote them, and the rule by which a rerun trusts them.
 
 ``OUTPUT/`` holds:
 
-- ``run.json``: the metrics, their signatures and options; a rerun with other settings is refused.
+- ``run.json``: the metrics, their signatures and options, the columns read, the source; a rerun with other
+  settings or another source is refused (``capeval.corpus.outputs.check_manifest``, the JSONL engine's check).
+- ``run.lock``: one run per folder at a time (``capeval.corpus.lock``), as for JSONL corpora.
 - ``scores/<shard>.parquet``: one per input shard, one row per sample: ``key``, ``shard``, ``index``,
   ``caption``, one float64 column per score (``clipscore``, ``refclipscore``, ``clip_s``, ``pacscore``),
   ``error`` (null when scored), and with ``--save-embeddings`` ``image_embedding``/``text_embedding``
-  (list<float16>). Written to a hidden temporary file and renamed, so a file that exists is whole; its
-  footer records the shard's row count, checked before a rerun skips it.
-- ``summary.json`` and ``kept.txt`` (``summarise_outputs``): counts, quantiles, throughput, the keys kept.
+  (list<float16>). Written to a hidden temporary file and renamed, so a file that exists is whole; its footer
+  records the row count and the input shard's identity (``capeval.corpus.file_identity``).
+- ``summary.json`` and ``kept.jsonl`` (``capeval.corpus.shard_summary``).
+
+A rerun skips a shard only when its output is whole, was written by capeval, and records the same input
+(size, modification time, sampled content hash); an input that changed is scored again with a warning saying
+what changed. A damaged output is set aside (renamed, never deleted) and the shard scored again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,11 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
+from capeval.corpus.file_identity import file_identity, identity_changes
+from capeval.diagnostics.categories import DamagedFileWarning, InputChangedWarning, user_stacklevel
 
-FORMAT = "capeval-shard-scores-1"
-QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+FORMAT = "capeval-shard-scores-2"
 _ROWS_KEY = b"capeval.rows"
+_INPUT_KEY = b"capeval.input"
+_TEMPORARY = re.compile(r"^\.(?P<shard>.+)\.parquet\.(?P<pid>\d+)\.capeval-tmp$")
 
 
 def output_path(output_dir: str | os.PathLike, shard_name: str) -> Path:
@@ -53,14 +62,24 @@ def output_schema(score_columns: Sequence[str], embeddings: bool = False):
     return pa.schema(fields)
 
 
+def input_record(shard_path: str | os.PathLike) -> dict:
+    """What an output records of its input shard: the resolved path and ``file_identity``."""
+    return {"path": str(Path(shard_path).resolve()), **file_identity(shard_path)}
+
+
 def write_shard_output(
     output_dir: str | os.PathLike,
     shard_name: str,
     rows: dict[str, Any],
     score_columns: Sequence[str],
-    embeddings: bool = False,
+    embeddings: bool,
+    source: dict,
 ) -> Path:
-    """Write one shard's rows (columns as ``RowScorer.score`` returns them, concatenated) atomically."""
+    """Write one shard's rows (columns as ``RowScorer.score`` returns them, concatenated) atomically.
+
+    Args:
+        source: ``input_record`` of the shard, taken before it was read.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -72,191 +91,114 @@ def write_shard_output(
         if field.name in ("image_embedding", "text_embedding"):
             matrix = np.asarray(values, dtype=np.float16)[order]
             arrays.append(pa.array(list(matrix), type=field.type))
-        elif isinstance(values, np.ndarray):
+        elif isinstance(values, np.ndarray) and values.dtype != object:
             arrays.append(pa.array(values[order], type=field.type, from_pandas=True))
         else:
             arrays.append(pa.array([values[i] for i in order], type=field.type))
-    n = len(order)
-    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata({_ROWS_KEY: str(n).encode()}))
+    footer = {_ROWS_KEY: str(len(order)).encode(), _INPUT_KEY: json.dumps(source).encode()}
+    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(footer))
     path = output_path(output_dir, shard_name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.capeval-tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
 
 
 def remove_stale_temporaries(output_dir: str | os.PathLike) -> None:
-    """Half-written files of a killed run (only ever hidden temporaries: finished files are renamed)."""
+    """Half-written files of a killed run: only names this module gives its temporaries are removed (the run
+    holds the folder's lock, so no other run is writing them)."""
     folder = Path(output_dir) / "scores"
-    for stale in folder.glob(".*.tmp") if folder.is_dir() else ():
-        stale.unlink(missing_ok=True)
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if _TEMPORARY.match(entry.name) and entry.is_file():
+            entry.unlink(missing_ok=True)
 
 
-def completed(output_dir: str | os.PathLike, shard_name: str) -> bool:
-    """Whether the shard's output exists whole: readable, with as many rows as its footer records.
+def _set_aside(path: Path) -> Path:
+    """Rename a damaged output out of the way (``<name>.damaged``, ``<name>.damaged-2``, ...); never delete it."""
+    target, n = path.with_name(path.name + ".damaged"), 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{n}")
+    os.replace(path, target)
+    return target
 
-    A damaged file (a disk error, a copy cut short) is removed with a warning and the shard redone.
+
+class _NotOurs(Exception):
+    """A readable Parquet file without capeval's footer."""
+
+
+def _recorded(path: Path) -> tuple[int, int, dict | None]:
+    """(rows held, rows the footer records, the input recorded) of an output file.
+
+    Raises:
+        _NotOurs: the footer is not capeval's (a file capeval did not write).
+        Exception: pyarrow's errors for a file that cannot be read.
     """
     import pyarrow.parquet as pq
 
+    meta = pq.read_metadata(path)
+    footer = meta.metadata or {}
+    if _ROWS_KEY not in footer:
+        raise _NotOurs
+    source = json.loads(footer[_INPUT_KEY]) if _INPUT_KEY in footer else None
+    pq.read_table(path, columns=["key"])
+    return meta.num_rows, int(footer[_ROWS_KEY]), source
+
+
+def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> bool:
+    """Whether the shard's output can be kept: whole, written by capeval, from the same input as now.
+
+    A damaged output is renamed aside with a warning; an input that changed is reported with a warning. Either
+    way the shard is to be scored again.
+
+    Args:
+        source: ``input_record`` of the shard as it is now.
+
+    Raises:
+        ValueError: ``scores/<shard>.parquet`` is a file capeval did not write (it is left alone).
+    """
     path = output_path(output_dir, shard_name)
     if not path.exists():
         return False
     try:
-        meta = pq.read_metadata(path)
-        recorded = int((meta.metadata or {}).get(_ROWS_KEY, b"-1"))
-        if recorded != meta.num_rows:
-            raise ValueError(f"it holds {meta.num_rows} rows, its footer says {recorded}")
-        pq.read_table(path, columns=["key"])
+        held, recorded, previous = _recorded(path)
+        if held != recorded:
+            raise OSError(f"it holds {held} rows, its footer says {recorded}")
+    except _NotOurs:
+        raise ValueError(
+            f"{path} was not written by capeval (its footer has no capeval row count): move it away; capeval "
+            "does not overwrite files it did not write"
+        ) from None
     except Exception as err:  # pyarrow's errors for a damaged file are several types
+        aside = _set_aside(path)
         warnings.warn(
-            f"shard output {path} is damaged ({err}); the shard is scored again",
+            f"shard output {path} is damaged ({err}); it was renamed to {aside.name} and the shard is scored again",
             DamagedFileWarning,
             stacklevel=user_stacklevel(),
         )
-        path.unlink()
+        return False
+    changes = identity_changes(previous or {}, source)
+    if changes:
+        warnings.warn(
+            f"input shard {source['path']} changed since {path} was written ({', '.join(changes)}); "
+            "the shard is scored again",
+            InputChangedWarning,
+            stacklevel=user_stacklevel(),
+        )
         return False
     return True
 
 
-def check_manifest(output_dir: str | os.PathLike, manifest: dict) -> None:
-    """Write ``run.json``, or check that the one there has the same settings.
-
-    Raises:
-        ValueError: the folder holds a run with other metrics, signatures or options, naming the differences.
-    """
-    path = Path(output_dir) / "run.json"
+def source_description(source: Any) -> dict:
+    """What ``run.json`` records of a shard source, so an output folder is not resumed from another corpus:
+    a folder or a glob by its resolved path, files by their resolved paths (shards added to a folder later are
+    the same source)."""
+    if isinstance(source, (list, tuple)):
+        return {"files": [str(Path(p).resolve()) for p in source]}
+    path = Path(os.fspath(source))
+    if path.is_dir():
+        return {"folder": str(path.resolve())}
     if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError as err:
-            raise ValueError(
-                f"{path} is not valid JSON ({err}): remove it or use another output folder"
-            ) from err
-        diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
-        if diff:
-            shown = "; ".join(f"{k}: {old.get(k)!r} there, {manifest.get(k)!r} now" for k in diff)
-            raise ValueError(
-                f"{output_dir} holds a run with other settings ({shown}): use another output folder"
-            )
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".run.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def top_fraction_threshold(scores: np.ndarray, fraction: float) -> float:
-    """The score a row needs to be in the top ``fraction`` of the pool, as DataComp computes it.
-
-    DataComp's ``get_threshold`` (mlfoundations/datacomp, ``baselines/utils.py``) sorts the pool in
-    descending order and takes the value at position ``int(len(pool) * fraction)``; its filter then keeps
-    every row scoring at least that (so ties at the cut are all kept).
-    """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"top_fraction must be in (0, 1], got {fraction}")
-    if len(scores) == 0:
-        return float("nan")
-    ordered = -np.sort(-np.asarray(scores, dtype=np.float64))
-    n = int(len(ordered) * fraction)
-    return float(ordered[min(n, len(ordered) - 1)])
-
-
-def summarise_outputs(
-    output_dir: str | os.PathLike,
-    key_metric: str,
-    threshold: float | None = None,
-    top_fraction: float | None = None,
-    failed_shards: dict[str, str] | None = None,
-    seconds: float | None = None,
-) -> dict:
-    """Read every shard output, write ``summary.json`` (and ``kept.txt`` with a threshold or a fraction).
-
-    Args:
-        output_dir: the run's folder.
-        key_metric: the score column thresholds apply to.
-        threshold: keep rows scoring at least this.
-        top_fraction: keep the top fraction of scored rows (``top_fraction_threshold``); not with ``threshold``.
-        failed_shards: shard name -> why it could not be read (reported, not fatal).
-        seconds: the run's wall time, for throughput.
-
-    Returns:
-        dict: the summary written.
-    """
-    import pyarrow.parquet as pq
-
-    if threshold is not None and top_fraction is not None:
-        raise ValueError("give threshold or top_fraction, not both")
-    files = sorted((Path(output_dir) / "scores").glob("*.parquet"))
-    tables = [pq.read_table(f) for f in files]
-    keys: list[str] = []
-    errors: list[str | None] = []
-    columns: dict[str, list[np.ndarray]] = {}
-    for table in tables:
-        keys += table.column("key").to_pylist()
-        errors += table.column("error").to_pylist()
-        for name in table.column_names:
-            if name not in ("key", "shard", "index", "caption", "error", "image_embedding", "text_embedding"):
-                columns.setdefault(name, []).append(table.column(name).to_numpy(zero_copy_only=False))
-    scores = {name: np.concatenate(parts).astype(np.float64) for name, parts in columns.items()}
-    if key_metric not in scores:
-        raise ValueError(f"no score column {key_metric!r} in {output_dir}; columns: {sorted(scores)}")
-    ok = np.array([e is None for e in errors], dtype=bool)
-    kinds: dict[str, int] = {}
-    for e in errors:
-        if e is not None:
-            kind = _error_kind(e)
-            kinds[kind] = kinds.get(kind, 0) + 1
-    summary: dict[str, Any] = {
-        "format": FORMAT,
-        "shards": len(files),
-        "rows": len(keys),
-        "scored": int(ok.sum()),
-        "errors": int((~ok).sum()),
-        "error_kinds": kinds,
-        "failed_shards": dict(sorted((failed_shards or {}).items())),
-        "mean": {n: (float(np.mean(v[ok])) if ok.any() else None) for n, v in scores.items()},
-        "quantiles": {
-            n: ({f"p{round(q * 100)}": float(np.quantile(v[ok], q)) for q in QUANTILES} if ok.any() else None)
-            for n, v in scores.items()
-        },
-        "seconds": seconds,
-        "rows_per_second": (len(keys) / seconds) if seconds else None,
-        "key_metric": key_metric,
-    }
-    cut = None
-    if top_fraction is not None:
-        cut = top_fraction_threshold(scores[key_metric][ok], top_fraction)
-        summary["top_fraction"] = top_fraction
-    elif threshold is not None:
-        cut = float(threshold)
-    out = Path(output_dir)
-    if cut is not None:
-        keep = ok & (scores[key_metric] >= cut)
-        kept = [k for k, flag in zip(keys, keep, strict=True) if flag]
-        tmp = out / ".kept.txt.tmp"
-        tmp.write_text("".join(f"{k}\n" for k in kept))
-        os.replace(tmp, out / "kept.txt")
-        summary.update(threshold=cut, kept=len(kept), kept_file=str(out / "kept.txt"))
-    tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, out / "summary.json")
-    return summary
-
-
-def _error_kind(error: str) -> str:
-    for needle, kind in (
-        ("cannot be read", "unreadable image"),
-        ("caption", "caption"),
-        ("tar member", "truncated member"),
-        ("tar ends", "truncated member"),
-        ("no image", "missing image"),
-        ("references", "missing references"),
-        ("non-finite", "non-finite score"),
-        ("leaves the shard", "unsafe member name"),
-        ("bytes (limit", "oversized member"),
-    ):
-        if needle in error:
-            return kind
-    return "other"
+        return {"files": [str(path.resolve())]}
+    return {"glob": str(Path(os.path.abspath(os.fspath(source))))}

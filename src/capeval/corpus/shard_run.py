@@ -3,8 +3,10 @@
 ``engine="local"`` scores the shards one after another in this process; ``engine="ray"`` hands them to a
 Ray cluster (``capeval.corpus.ray_engine``). Both read shards with ``capeval.corpus.shards``, score with
 ``capeval.corpus.row_scoring`` and write ``capeval.corpus.shard_outputs``' files, so their outputs are the
-same files with the same numbers. A rerun skips shards whose output exists whole (resumption is per shard),
-and a shard that cannot be read is reported in the summary while the others are scored.
+same files with the same numbers. A rerun skips shards whose output exists whole (resumption is per shard)
+and whose input shard is unchanged (``shard_outputs.is_done``), and a shard that cannot be read is reported in
+the summary while the others are scored. The output folder is held by one run at a time (``run.lock``) and must
+be new, empty, or a run's own (``outputs.claim_output_folder``): nothing a run did not write is deleted.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from capeval.clip.batching import BATCH_SIZE
+from capeval.corpus.lock import OutputLock
+from capeval.corpus.outputs import check_manifest, claim_output_folder
 from capeval.corpus.row_scoring import RowScorer, check_row_metrics, prepare_rows
 from capeval.corpus.shard_outputs import (
     FORMAT,
-    check_manifest,
-    completed,
+    input_record,
+    is_done,
     remove_stale_temporaries,
-    summarise_outputs,
+    source_description,
     write_shard_output,
 )
-from capeval.corpus.shards import Shard, check_columns, list_shards, read_shard
+from capeval.corpus.shard_summary import summarise_outputs
+from capeval.corpus.shards import Shard, choose_columns, list_shards, read_shard
 from capeval.diagnostics.run_warnings import summarised_warnings
 
 ENGINES = ("local", "ray")
@@ -94,10 +99,12 @@ def score_shards(
     Args:
         source: a folder of ``NNNNN.tar`` (img2dataset's WebDataset layout) or ``.parquet`` shards, a glob,
             a file, or a list of files.
-        output_dir: where ``run.json``, ``scores/<shard>.parquet``, ``summary.json`` and ``kept.txt`` go.
+        output_dir: where ``run.json``, ``scores/<shard>.parquet``, ``summary.json`` and ``kept.jsonl`` go: a new
+            or empty folder, or one of an earlier run of the same settings and source (resumed).
         metrics: per-row metrics (``clipscore``, ``refclipscore``, ``pacscore``).
         engine: ``"local"`` (this process) or ``"ray"`` (a Ray cluster, ``pip install 'capeval[ray]'``).
-        caption_column, image_column: Parquet shards' columns (default: found by name).
+        caption_column, image_column: Parquet shards' columns (default: chosen once, by name, from the first
+            shard's columns, and recorded in ``run.json`` and the summary).
         threshold, top_fraction: keep rows scoring at least ``threshold``, or the top fraction (DataComp's cut).
         threshold_key: the score column they apply to (default: the first metric's).
         save_embeddings: also write float16 image and caption embeddings.
@@ -128,7 +135,7 @@ def score_shards(
 
         options["model"] = DEFAULT_MODEL
     shards = list_shards(source)
-    check_columns(shards, caption_column, image_column)
+    columns = choose_columns(shards, caption_column, image_column)
     output = Path(output_dir)
     # Built here first, on the driver: a model that cannot be loaded fails the run now, not on the workers.
     # With Ray, the driver (often a head node without a GPU) loads it on its CPU: the actors take `device`.
@@ -141,39 +148,67 @@ def score_shards(
         "format": FORMAT,
         "metrics": names,
         "signatures": scorer.signatures,
-        "columns": {"caption": caption_column, "image": image_column},
+        "source": source_description(source),
+        "columns": columns,
         "embeddings": save_embeddings,
     }
     output.mkdir(parents=True, exist_ok=True)
-    check_manifest(output, manifest)
-    remove_stale_temporaries(output)
-    pending = [s for s in shards if not completed(output, s.name)]
+    claim_output_folder(output)
+    plan = _Plan(
+        source=source, engine=engine, columns=columns, batch_size=batch_size, embeddings=save_embeddings,
+        key_metric=key, cut={"threshold": threshold, "top_fraction": top_fraction},
+        ray={"ray_address": ray_address, "num_workers": num_workers, "worker_gpus": worker_gpus,
+             "worker_cpus": worker_cpus, "options": options},
+    )  # fmt: skip
+    with OutputLock(output):
+        check_manifest(output, manifest)
+        remove_stale_temporaries(output)
+        return _score_pending(plan, shards, output, scorer)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The settings of one shard run that the steps after the checks need."""
+
+    source: Any
+    engine: str
+    columns: dict
+    batch_size: int
+    embeddings: bool
+    key_metric: str
+    cut: dict  # threshold, top_fraction
+    ray: dict  # run_on_ray's cluster settings and the metric options
+
+
+def _score_pending(plan: _Plan, shards: list[Shard], output: Path, scorer: RowScorer) -> ShardRunResult:
+    """Score the shards whose output is not done (missing, damaged, or from another input), then summarise."""
+    records = {s.name: input_record(s.path) for s in shards}
+    pending = [s for s in shards if not is_done(output, s.name, records[s.name])]
     start = time.perf_counter()
-    if engine == "local":
+    caption_column, image_column = plan.columns["caption"], plan.columns["image"]
+    if plan.engine == "local":
         failed = _run_locally(
-            scorer, pending, output, caption_column, image_column, batch_size, save_embeddings
+            scorer, pending, output, (caption_column, image_column), plan.batch_size, plan.embeddings, records
         )
     else:
         from capeval.corpus.ray_engine import run_on_ray
 
         failed = run_on_ray(
-            pending, output, names, options,
-            caption_column=caption_column, image_column=image_column, batch_size=batch_size,
-            embeddings=save_embeddings, score_columns=scorer.columns(), ray_address=ray_address,
-            num_workers=num_workers, worker_gpus=worker_gpus, worker_cpus=worker_cpus,
-            image_size=scorer.image_size,
+            pending, output, scorer.metrics, records=records, caption_column=caption_column,
+            image_column=image_column, batch_size=plan.batch_size, embeddings=plan.embeddings,
+            score_columns=scorer.columns(), image_size=scorer.image_size, **plan.ray,
         )  # fmt: skip
     seconds = time.perf_counter() - start
     if failed and len(failed) == len(shards):
         listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items()))
-        raise ValueError(f"none of the {len(shards)} shard(s) in {source} could be read ({listed})")
+        raise ValueError(f"none of the {len(shards)} shard(s) in {plan.source} could be read ({listed})")
+    written = [s.name for s in shards if s.name not in failed]
+    details = {"engine": plan.engine, "signatures": scorer.signatures, "columns": plan.columns}
+    details["shards_scored_now"] = len(pending) - len(failed)
     summary = summarise_outputs(
-        output, key, threshold=threshold, top_fraction=top_fraction, failed_shards=failed, seconds=seconds
+        output, written, plan.key_metric, failed_shards=failed, seconds=seconds, details=details, **plan.cut
     )
-    summary["engine"] = engine
-    summary["signatures"] = scorer.signatures
-    summary["shards_scored_now"] = len(pending) - len(failed)
-    kept = output / "kept.txt" if (threshold is not None or top_fraction is not None) else None
+    kept = output / "kept.jsonl" if any(v is not None for v in plan.cut.values()) else None
     return ShardRunResult(output_dir=output, scores=output / "scores", kept=kept, summary=summary)
 
 
@@ -181,15 +216,16 @@ def _run_locally(
     scorer: RowScorer,
     shards: list[Shard],
     output: Path,
-    caption_column: str | None,
-    image_column: str | None,
+    columns: tuple[str | None, str | None],
     batch_size: int,
     embeddings: bool,
+    records: dict[str, dict],
 ) -> dict[str, str]:
+    """Read, score and write each shard in this process; returns ``{shard: why}`` for those not read."""
     failed: dict[str, str] = {}
     for shard in shards:
         try:
-            rows = read_shard(shard, caption_column, image_column)
+            rows = read_shard(shard, *columns)
         except ValueError as err:  # ShardReadError, or a Parquet shard without the columns: as on Ray
             failed[shard.name] = str(err)
             continue
@@ -197,5 +233,5 @@ def _run_locally(
             failed[shard.name] = f"shard {shard.path} holds no sample"
             continue
         scored = score_shard_locally(scorer, rows, batch_size)
-        write_shard_output(output, shard.name, scored, scorer.columns(), embeddings)
+        write_shard_output(output, shard.name, scored, scorer.columns(), embeddings, records[shard.name])
     return failed

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capeval.corpus.row_checks import caption_problem, key_problem, references_problem
 from capeval.validation import has_visible_text
 
 # The image extensions img2dataset writes (its --encode_format) and WebDataset's decoders read.
@@ -53,7 +54,7 @@ class Shard:
 class ShardRow:
     """One sample: what scoring needs, or ``error`` saying why it cannot be scored (the key is always kept)."""
 
-    key: str
+    key: str | None  # None only for a Parquet row whose key cell is null (an error row)
     shard: str
     index: int
     caption: str | None
@@ -257,27 +258,42 @@ def _pick(columns: Sequence[str], wanted: str | None, choices: Sequence[str], wh
     return found
 
 
-def check_columns(shards: Sequence[Shard], caption_column: str | None, image_column: str | None) -> None:
-    """Check the caption and image columns against the first Parquet shard's schema (its footer only).
+def choose_columns(
+    shards: Sequence[Shard], caption_column: str | None, image_column: str | None
+) -> dict[str, str | list[str] | None]:
+    """The caption and image columns of a run's Parquet shards, decided once, from the first shard's footer.
 
-    Run before any work, so a wrong ``--caption-column`` ends a run at once rather than failing every shard
-    one by one; a shard whose footer cannot be read is left to the engines, which report it per shard.
+    A column given is used as given; one not given is the first of ``CAPTION_COLUMNS`` / ``IMAGE_COLUMNS`` +
+    ``PATH_COLUMNS`` present in the first readable Parquet shard, and that choice then holds for every shard
+    (a later shard without it is reported, not read from another column). Run before any work, so a wrong
+    column ends a run at once rather than failing every shard one by one.
+
+    Returns:
+        dict: ``caption``, ``image`` (None for tars, which have no columns) and ``automatic`` (the fields
+        chosen here rather than given), as ``run.json`` and ``summary.json`` record them.
 
     Raises:
-        ValueError: the column is missing, naming the shard and the columns it has.
+        ValueError: the column is missing from the first shard, naming the shard and the columns it has.
     """
     import pyarrow.parquet as pq
 
+    choice: dict[str, str | list[str] | None] = {"caption": caption_column, "image": image_column}
+    automatic: list[str] = []
     for shard in shards:
         if shard.kind != "parquet":
             continue
         try:
             columns = pq.read_schema(shard.path).names
-        except Exception:  # pyarrow's errors for a damaged file are several types
+        except Exception:  # pyarrow's errors for a damaged file are several types: the engines report it
             continue
-        _pick(columns, caption_column, CAPTION_COLUMNS, "caption", shard)
-        _pick(columns, image_column, (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
-        return
+        choice["caption"] = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", shard)
+        choice["image"] = _pick(columns, image_column, (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
+        automatic = [
+            f for f, given in (("caption", caption_column), ("image", image_column)) if given is None
+        ]
+        break
+    choice["automatic"] = automatic
+    return choice
 
 
 def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | None) -> Iterator[ShardRow]:
@@ -299,32 +315,23 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
     refs = table.column("references").to_pylist() if "references" in columns else [None] * len(captions)
     base = shard.path.parent
     for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
-        problem = not_text = None
-        if caption is not None and not isinstance(caption, str):
-            # Not str(caption): a number is no caption. The output's caption column holds text, so the
-            # value goes in the error.
-            not_text = (
-                f"row {key} has a caption of type {type(caption).__name__} ({caption!r})"
-                f" in column {caption_col!r}"
-            )
-            caption = None
+        key, problem = key_problem(key, f"row {index} of column {key_col!r}")
+        where = f"row {key if key is not None else index}"
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
         if isinstance(image, str) and not os.path.isabs(image):
             image = str(base / image)  # paths are relative to the shard, as in a JSONL corpus
-        if image is None or image == b"":
-            problem = f"row {key} has no image in column {image_col!r}"
-        elif not_text:
-            problem = not_text
-        elif caption is None or not has_visible_text(caption):
-            problem = f"row {key} has an empty caption in column {caption_col!r}{_invisible(caption)}"
-        elif references is not None and not all(isinstance(r, str) for r in references):
-            problem = f"row {key} has references that are not all text: {references!r}"
+        if problem is None and (image is None or image == b""):
+            problem = f"{where} has no image in column {image_col!r}"
+        caption_issue = caption_problem(caption, where)
+        problem = problem or (caption_issue and f"{caption_issue} in column {caption_col!r}")
+        references, refs_issue = references_problem(references, where)
+        problem = problem or refs_issue
         yield ShardRow(
-            key=str(key),
+            key=key,
             shard=shard.name,
             index=index,
-            caption=caption,
+            caption=caption if isinstance(caption, str) else None,
             image=image,
             error=problem,
             references=references,

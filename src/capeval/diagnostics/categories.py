@@ -112,3 +112,12 @@ class HarmonicMeanWarning(CapevalWarning):
 
 class DamagedFileWarning(CapevalWarning):
     """A damaged output part or cache entry was found, set aside and computed again."""
+
+
+class InputChangedWarning(CapevalWarning):
+    """An input (a corpus shard) changed since the output computed from it was written: it is computed again."""
+
+
+class DuplicateKeyWarning(CapevalWarning):
+    """Some sample keys of a corpus repeat, within a shard or across shards: rows are told apart by shard and
+    index, and every one is kept."""

@@ -1,0 +1,78 @@
+"""The checks that make a shard sample a row, the same for every shard format and every executor.
+
+A tar's members and a Parquet file's cells are read into Python values by their own reader; from then on, the
+values pass through these checks, so a caption, a key or a references value means the same whatever file it
+came from, and the local and Ray engines receive the same rows (an error row where the checks refuse a value,
+with the key and the reason). Text is kept exactly as given (no stripping of spaces or NULs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capeval.validation import has_visible_text
+
+MAX_CAPTION_BYTES = 64 * 1024
+"""Longest caption a shard row may hold, in UTF-8 bytes. CLIP reads at most its context (77 tokens; 248 for
+long-text models), so a longer caption only costs memory on its way to the tokenizer: a 4 MB caption in a batch of
+64 would take 1 GiB as fixed-width text. Longer ones are error rows."""
+
+
+def key_problem(key: Any, where: str) -> tuple[str | None, str | None]:
+    """A sample's key as text, and why it is not one (``None`` when it is).
+
+    Integers (a Parquet ``int64`` key column) are written in decimal; a missing key (null) or any other type
+    is refused, so no key is invented (``str(None)`` would read as the key ``"None"``).
+    """
+    if isinstance(key, str):
+        return key, None
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key), None
+    if key is None:
+        return None, f"{where} has no key (null)"
+    return None, f"{where} has a key of type {type(key).__name__} ({key!r:.60}), not text"
+
+
+def caption_problem(caption: Any, where: str) -> str | None:
+    """Why a caption cannot be scored: missing, not text, empty or invisible, or over ``MAX_CAPTION_BYTES``."""
+    if caption is None:
+        return f"{where} has no caption"
+    if not isinstance(caption, str):
+        # Not str(caption): a number is no caption.
+        return f"{where} has a caption of type {type(caption).__name__} ({caption!r:.60})"
+    size = len(caption.encode("utf-8", "surrogatepass"))
+    if size > MAX_CAPTION_BYTES:
+        return (
+            f"{where} has a caption of {size:,} bytes; capeval reads at most {MAX_CAPTION_BYTES:,} "
+            "(capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
+        )
+    if not has_visible_text(caption):
+        invisible = " (only invisible characters)" if caption.strip() else ""
+        return f"{where} has an empty caption{invisible}"
+    return None
+
+
+def references_problem(references: Any, where: str) -> tuple[list[str] | None, str | None]:
+    """A sample's references as a list of strings (``None``: it has none), and why they cannot be (else ``None``).
+
+    A single string is refused rather than read as a list of its characters; so are bytes, mappings, and lists
+    holding anything but strings.
+    """
+    if references is None:
+        return None, None
+    if isinstance(references, str):
+        return None, f"{where} has references given as one string ({references!r:.60}), not a list of strings"
+    if isinstance(references, (bytes, bytearray, memoryview)):
+        return (
+            None,
+            f"{where} has references stored as binary ({len(references)} bytes), not a list of strings",
+        )
+    if not isinstance(references, (list, tuple)):
+        return None, f"{where} has references of type {type(references).__name__}, not a list of strings"
+    for j, ref in enumerate(references):
+        if not isinstance(ref, str):
+            return None, (
+                f"{where} has references that are not all text: reference {j} is "
+                f"{type(ref).__name__} ({ref!r:.60})"
+            )
+    return list(references), None

@@ -1,0 +1,171 @@
+"""Shard samples become rows through one set of checks, so both engines receive, and write, the same rows.
+
+A key, a caption and a references value mean the same whichever file they came from: a references string is an
+error row (never a list of its characters), binary references are an error row, a null key is an error row
+with no invented key, a caption over the size cap is an error row, and text keeps its trailing NULs. The engine
+tests score one corpus holding each case on the local engine and on Ray and expect the same rows from each.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from capeval.corpus.row_checks import MAX_CAPTION_BYTES, caption_problem, key_problem, references_problem
+from capeval.corpus.shard_run import score_shards
+from capeval.corpus.shards import list_shards, read_shard
+
+# --- Keys ---
+
+
+def test_text_and_integer_keys_are_kept_and_a_null_key_is_no_key():
+    assert key_problem("0001", "row 0") == ("0001", None)
+    assert key_problem(42, "row 0") == ("42", None)
+    assert key_problem(None, "row 3") == (None, "row 3 has no key (null)")
+    assert key_problem(b"k", "row 1") == (None, "row 1 has a key of type bytes (b'k'), not text")
+    assert key_problem(True, "row 2")[1] == "row 2 has a key of type bool (True), not text"
+
+
+# --- Captions ---
+
+
+def test_a_caption_is_kept_exactly_and_refused_when_empty_invisible_or_not_text():
+    assert caption_problem("a cat\x00\x00", "row a") is None
+    assert caption_problem(None, "row a") == "row a has no caption"
+    assert caption_problem(5, "row a") == "row a has a caption of type int (5)"
+    assert caption_problem("\u200b", "row a") == "row a has an empty caption (only invisible characters)"
+    assert caption_problem("  ", "row a") == "row a has an empty caption"
+
+
+def test_a_caption_over_the_size_cap_is_refused_naming_its_size():
+    assert caption_problem("x" * MAX_CAPTION_BYTES, "row a") is None
+    assert caption_problem("é" * (MAX_CAPTION_BYTES // 2 + 1), "row a") == (
+        "row a has a caption of 65,538 bytes; capeval reads at most 65,536 "
+        "(capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
+    )
+
+
+# --- References ---
+
+
+def test_references_are_a_list_of_strings_or_nothing():
+    assert references_problem(None, "row a") == (None, None)
+    assert references_problem(("x", "y"), "row a") == (["x", "y"], None)
+    assert references_problem([], "row a") == ([], None)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("ab", "row a has references given as one string ('ab'), not a list of strings"),
+        (b"ab", "row a has references stored as binary (2 bytes), not a list of strings"),
+        ({"x": 1}, "row a has references of type dict, not a list of strings"),
+        (["x", None], "row a has references that are not all text: reference 1 is NoneType (None)"),
+        (["x", b"y"], "row a has references that are not all text: reference 1 is bytes (b'y')"),
+    ],
+)
+def test_references_that_are_not_a_list_of_strings_are_refused_never_split(value, message):
+    assert references_problem(value, "row a") == (None, message)
+
+
+# --- The same rows from every shard format and on both engines ---
+
+
+def _png(level: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((24, 24, 3), level, dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hostile_rows(tmp_path_factory):
+    """Three Parquet shards: references as one string per row, references as binary, and a shard with a NUL
+    caption, an oversized caption and a null key beside a good row."""
+    folder = tmp_path_factory.mktemp("rows") / "in"
+    folder.mkdir()
+    images = [_png(40 * i) for i in range(4)]
+    pq.write_table(
+        pa.table({"key": ["s0", "s1"], "jpg": images[:2], "caption": ["a dark square"] * 2,
+                  "references": ["ab", "a black picture"]}),
+        folder / "00000.parquet",
+    )  # fmt: skip
+    pq.write_table(
+        pa.table({"key": ["b0"], "jpg": images[:1], "caption": ["a dark square"],
+                  "references": pa.array([b"binary refs"], pa.binary())}),
+        folder / "00001.parquet",
+    )  # fmt: skip
+    pq.write_table(
+        pa.table({
+            "key": pa.array(["nul", "long", None, "ok"], pa.string()),
+            "jpg": images,
+            "caption": ["a grey square\x00\x00", "x" * (MAX_CAPTION_BYTES + 1), "a square", "a light square"],
+            "references": [["a grey picture"], ["a picture"], ["a picture"], ["a light picture"]],
+        }),
+        folder / "00002.parquet",
+    )  # fmt: skip
+    return folder
+
+
+EXPECTED_ERRORS = {
+    ("00000", "s0"): "row s0 has references given as one string ('ab'), not a list of strings",
+    ("00000", "s1"): "row s1 has references given as one string ('a black picture'), not a list of strings",
+    ("00001", "b0"): "row b0 has references stored as binary (11 bytes), not a list of strings",
+    ("00002", "nul"): None,
+    ("00002", "long"): (
+        "row long has a caption of 65,537 bytes; capeval reads at most 65,536 "
+        "(capeval.corpus.row_checks.MAX_CAPTION_BYTES) in column 'caption'"
+    ),
+    ("00002", None): "row 2 of column 'key' has no key (null)",
+    ("00002", "ok"): None,
+}
+
+
+def test_the_reader_makes_the_rows_the_engines_score(hostile_rows):
+    rows = [row for shard in list_shards(hostile_rows) for row in read_shard(shard)]
+    assert {(r.shard, r.key): r.error for r in rows} == EXPECTED_ERRORS
+    nul = next(r for r in rows if r.key == "nul")
+    assert nul.caption == "a grey square\x00\x00" and nul.references == ["a grey picture"]
+
+
+def _written(out) -> dict:
+    tables = [pq.read_table(p).to_pylist() for p in sorted((out / "scores").glob("*.parquet"))]
+    return {(r["shard"], r["key"]): r for t in tables for r in t}
+
+
+def _assert_rows(out):
+    rows = _written(out)
+    assert {k: r["error"] for k, r in rows.items()} == EXPECTED_ERRORS
+    assert rows[("00002", "nul")]["caption"] == "a grey square\x00\x00"  # trailing NULs kept
+    assert rows[("00002", None)]["index"] == 2
+    for key in (("00002", "nul"), ("00002", "ok")):
+        assert np.isfinite(rows[key]["refclipscore"])
+    return rows
+
+
+def _score(source, out, model, engine):
+    return score_shards(source, out, ["refclipscore"], model=model, device="cpu", engine=engine, batch_size=2)
+
+
+def test_the_local_engine_writes_an_error_row_for_each_hostile_value(hostile_rows, tmp_path, tiny_clip_dir):
+    _score(hostile_rows, tmp_path / "out", str(tiny_clip_dir), "local")
+    _assert_rows(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_ray_writes_the_same_rows_as_the_local_engine(hostile_rows, tmp_path, tiny_clip_dir, local_ray):
+    _score(hostile_rows, tmp_path / "local", str(tiny_clip_dir), "local")
+    _score(hostile_rows, tmp_path / "ray", str(tiny_clip_dir), "ray")
+    local, ray = _assert_rows(tmp_path / "local"), _assert_rows(tmp_path / "ray")
+    assert local.keys() == ray.keys()
+    for key in local:
+        for column in ("caption", "index", "error"):
+            assert local[key][column] == ray[key][column], (key, column)
+        if local[key]["error"] is None:
+            np.testing.assert_allclose(ray[key]["refclipscore"], local[key]["refclipscore"], atol=1e-6)
+        else:
+            assert local[key]["refclipscore"] is None and ray[key]["refclipscore"] is None
