@@ -186,10 +186,21 @@ def test_a_converted_folder_records_its_origin_and_the_origins_constants(tiny_cl
     ("edit", "match"),
     [
         (lambda cfg: cfg.pop("image_std"), r"preprocessor_config.json has no image_std"),
-        (lambda cfg: cfg.update(image_std=[0.5, 0.0, 0.5]), r"image_std must be three finite numbers > 0"),
+        (
+            lambda cfg: cfg.update(image_std=[0.5, 0.0, 0.5]),
+            r"image_std must be three finite numbers in \[0\.001, 10\], got \[0\.5, 0\.0, 0\.5\]",
+        ),
         (
             lambda cfg: cfg.update(image_mean=[0.5, 0.5]),
-            r"image_mean must be three finite numbers, got \[0.5, 0.5\]",
+            r"image_mean must be three finite numbers in \[-10, 10\], got \[0.5, 0.5\]",
+        ),
+        (
+            lambda cfg: cfg.update(image_mean=[1e30] * 3),
+            r"image_mean must be three finite numbers in \[-10, 10\]",
+        ),
+        (
+            lambda cfg: cfg.update(image_std=[1e30] * 3),
+            r"image_std must be three finite numbers in \[0\.001, 10\]",
         ),
     ],
 )
@@ -253,3 +264,25 @@ def test_a_hub_model_is_known_by_its_id(tiny_clip_dir, tmp_path, monkeypatch):
         f"clipscore|model={LAION_L14}@0123456|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|"
         in scorer.signature
     )
+
+
+# --- Normalisation outside what pixels allow, wherever it is stated ---
+
+
+def test_an_image_processor_with_absurd_constants_is_refused_by_the_same_check_as_files():
+    from transformers import CLIPImageProcessorPil
+
+    from capeval.clip.backbones import load_backbone
+    from capeval.testing.tiny_clip import build_tiny_clip
+
+    model, tokenizer = build_tiny_clip(seed=7)
+    size = model.config.vision_config.image_size
+    geometry = {"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}}
+    for key, value, bounds in (("image_std", 1e30, r"\[0\.001, 10\]"), ("image_mean", 1e30, r"\[-10, 10\]")):
+        processor = CLIPImageProcessorPil(**geometry, **{key: [value] * 3})
+        with pytest.raises(
+            ValueError,
+            match=rf"its image processor: {key} \(as applied to \[0, 1\] pixels\) must be three finite numbers in "
+            rf"{bounds}",
+        ):
+            load_backbone((model, tokenizer, processor))

@@ -195,6 +195,129 @@ def test_a_bare_file_needs_its_config_and_a_config_must_fit_clipmodel(tmp_path):
         load_backbone(str(path))
 
 
+def _sidecar_file(tmp_path, edit=None, preprocess_cfg=None):
+    """A tiny OpenCLIP file with its sidecar, ``edit(model_cfg)`` applied and ``preprocess_cfg`` replaced."""
+    path = write_open_clip_file(
+        tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    sidecar = tmp_path / "oc" / "open_clip_config.json"
+    config = json.loads(sidecar.read_text())
+    if edit is not None:
+        edit(config["model_cfg"])
+    if preprocess_cfg is not None:
+        config["preprocess_cfg"] = preprocess_cfg
+    sidecar.write_text(json.dumps(config))
+    return path, sidecar
+
+
+# --- Sidecars with impossible shapes ---
+
+
+def _set(part: str, key: str, value):
+    return lambda cfg: cfg[part].__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (_set("text_cfg", "heads", 0), r"model_cfg\.text_cfg\.heads must be a positive integer, got 0"),
+        (_set("text_cfg", "heads", -2), r"model_cfg\.text_cfg\.heads must be a positive integer, got -2"),
+        (_set("text_cfg", "heads", 3), r"model_cfg\.text_cfg\.width 128 is not divisible by heads 3"),
+        (_set("vision_cfg", "head_width", 0), r"model_cfg\.vision_cfg\.head_width must be a positive integer, got 0"),
+        (_set("vision_cfg", "head_width", -64), r"model_cfg\.vision_cfg\.head_width must be a positive integer"),
+        (_set("vision_cfg", "head_width", 5), r"model_cfg\.vision_cfg\.width 128 is not divisible by its 25 heads"),
+        (_set("vision_cfg", "head_width", 256), r"model_cfg\.vision_cfg\.head_width 256 is wider than width 128"),
+        (_set("vision_cfg", "layers", 0), r"model_cfg\.vision_cfg\.layers must be a positive integer, got 0"),
+        (_set("text_cfg", "width", 128.5), r"model_cfg\.text_cfg\.width must be a positive integer, got 128\.5"),
+        (lambda cfg: cfg.__setitem__("embed_dim", True), r"model_cfg\.embed_dim must be a positive integer"),
+    ],
+    ids=["zero text heads", "negative text heads", "text heads not dividing the width", "zero head width",
+         "negative head width", "vision heads not dividing the width", "head wider than the tower",
+         "zero layers", "fractional width", "boolean embed_dim"],
+)  # fmt: skip
+def test_a_sidecar_with_impossible_heads_or_sizes_is_refused_naming_the_file_and_the_field(
+    tmp_path, edit, match
+):
+    path, sidecar = _sidecar_file(tmp_path, edit)
+    with pytest.raises(ValueError, match=match) as err:
+        capeval.CLIPScore(model=str(path))
+    assert str(sidecar) in str(err.value)
+
+
+# --- Sidecar normalisation outside what pixels allow ---
+
+
+@pytest.mark.parametrize(
+    ("pre", "field"),
+    [
+        ({"mean": [float("nan")] * 3, "std": [0.5] * 3}, "mean"),
+        ({"mean": [0.5] * 3, "std": [float("inf")] * 3}, "std"),
+        ({"mean": [1e30] * 3, "std": [0.5] * 3}, "mean"),
+        ({"mean": [0.5] * 3, "std": [1e30] * 3}, "std"),
+        ({"mean": [0.5] * 3, "std": [0.5, 0.0, 0.5]}, "std"),
+        ({"mean": [0.5] * 3, "std": [-0.5] * 3}, "std"),
+        ({"mean": [0.5] * 3, "std": [1e-30] * 3}, "std"),
+    ],
+    ids=["nan mean", "inf std", "huge mean", "huge std", "zero std", "negative std", "tiny std"],
+)
+def test_a_sidecar_mean_or_std_that_is_not_finite_or_absurd_is_refused_as_a_preprocessor_file_is(
+    tmp_path, pre, field
+):
+    path, sidecar = _sidecar_file(tmp_path, preprocess_cfg=pre)
+    bounds = r"\[-10, 10\]" if field == "mean" else r"\[0\.001, 10\]"
+    with pytest.raises(
+        ValueError, match=rf"preprocess_cfg\.{field} must be three finite numbers in {bounds}, got"
+    ):
+        capeval.CLIPScore(model=str(path))
+    with pytest.raises(ValueError, match=str(sidecar)):
+        capeval.CLIPScore(model=str(path))
+
+
+# --- Weights files that are not plain state dicts ---
+
+
+def test_a_weights_file_missing_or_adding_tensors_is_refused_naming_the_file_and_the_tensors(tmp_path):
+    model = tiny_model()
+    path, _ = _sidecar_file(tmp_path)
+    full = open_clip_state_dict(model)
+    cases = [
+        ({k: v for k, v in full.items() if k != "ln_final.weight"}, r"lacks tensors \['ln_final\.weight'\]"),
+        (
+            {k: v for k, v in full.items() if k != "transformer.resblocks.1.ln_2.bias"},
+            r"lacks 1 tensor\(s\) of its own architecture: \['transformer\.resblocks\.1\.ln_2\.bias'\]",
+        ),
+        (
+            {k: v for k, v in full.items() if k != "visual.transformer.resblocks.0.mlp.c_fc.weight"},
+            r"lacks tensors \['visual\.transformer\.resblocks\.0\.mlp\.c_fc\.weight'\]",
+        ),
+        ({**full, "visual.ls_1.gamma": torch.ones(128)}, r"has 1 unexpected tensor\(s\).*\['visual\.ls_1\.gamma'\]"),
+    ]  # fmt: skip
+    for sd, match in cases:
+        torch.save(sd, path)
+        with pytest.raises(ValueError, match=rf"weights file {path} {match}"):
+            capeval.CLIPScore(model=str(path))
+
+
+def test_a_weights_file_with_pickled_objects_beyond_tensors_is_refused_not_called_corrupt(tmp_path):
+    model = tiny_model()
+    path, _ = _sidecar_file(tmp_path)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+    for payload in (
+        {"state_dict": open_clip_state_dict(model), "optimizer": optimiser},
+        torch.nn.Linear(2, 2),
+    ):
+        torch.save(payload, path)
+        with pytest.raises(
+            ValueError, match=rf"{path} holds pickled Python objects beyond tensors \(.*torch\.(optim|nn)\."
+        ) as err:
+            capeval.CLIPScore(model=str(path))
+        message = str(err.value)
+        assert (
+            "refused (weights_only)" in message and "open_clip saves its weights as a state dict" in message
+        )
+        assert "truncated" not in message and "PAC-S" not in message
+
+
 def test_missing_tokenizer_is_refused_naming_the_files(tmp_path, monkeypatch):
     import capeval.clip.open_clip_files as ocf
 

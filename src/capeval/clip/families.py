@@ -25,13 +25,12 @@ whose pooling is not such a map has ``token_projection = None`` and EMScore refu
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from capeval.clip.image_constants import PREPROCESSOR_FILE, ImageConstants
+from capeval.clip.image_constants import PREPROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.tokenization import PREFIX, tokenize_captions
 
@@ -259,13 +258,15 @@ def _constants(where: str, proc) -> ImageConstants:
     mean = _channels(proc.image_mean) if normalize else [0.0] * 3
     std = _channels(proc.image_std) if normalize else [1.0] * 3
     top = _channels(proc.image_std) if getattr(proc, "include_top", False) else [1.0] * 3
-    eff_mean = tuple((m + offset) / scale for m in mean)
-    eff_std = tuple(s * t / scale for s, t in zip(std, top, strict=True))
-    if not all(math.isfinite(v) for v in eff_mean + eff_std) or min(eff_std) <= 0:
-        raise ValueError(
-            f"{where}: its processor's rescale/mean/std give no usable normalisation ({eff_mean}, {eff_std})"
-        )
-    return ImageConstants(eff_mean, eff_std, None)
+    eff_mean = [(m + offset) / scale for m in mean]
+    eff_std = [s * t / scale for s, t in zip(std, top, strict=True)]
+    what = f"{where}: its image processor"
+    # Checked after rescale, offset and include_top are folded in: what the pixels in [0, 1] meet.
+    return ImageConstants(
+        check_channels(what, "image_mean (as applied to [0, 1] pixels)", eff_mean),
+        check_channels(what, "image_std (as applied to [0, 1] pixels)", eff_std, std=True),
+        None,
+    )
 
 
 # -- texts -------------------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ PREPROCESSOR_FILE = "preprocessor_config.json"
 # Keys of a provenance file that name the model a folder's weights were made from, most specific first:
 # "origin" (written by capeval since this table), "base_model" (conversions), "trained_from" (PAC-S training).
 _PROVENANCE_ORIGIN_KEYS = ("origin", "base_model", "trained_from")
+# Pixels lie in [0, 1]. A mean far outside, or a std far above 1, maps every image to nearly one flat picture; a
+# std far below maps pixels to values in the hundreds of thousands (inf in float16).
+MEAN_LIMIT = 10.0
+STD_LIMITS = (1e-3, 10.0)
 _TOLERANCE = (
     1e-6  # constants written to JSON and read back are the same floats; anything else is a real difference
 )
@@ -170,8 +174,8 @@ def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
         raise ValueError(
             f"{path} has no {' or '.join(missing)}: the model's normalisation is not stated there"
         )
-    return _channels(path, "image_mean", cfg["image_mean"]), _channels(
-        path, "image_std", cfg["image_std"], std=True
+    return check_channels(str(path), "image_mean", cfg["image_mean"]), check_channels(
+        str(path), "image_std", cfg["image_std"], std=True
     )
 
 
@@ -244,17 +248,31 @@ def decide_constants_by_origin(
     return ImageConstants(tuple(mean), tuple(std), name)
 
 
-def _channels(path: Path, key: str, value, std: bool = False) -> tuple[float, float, float]:
+def check_channels(where: str, key: str, value, std: bool = False) -> tuple[float, float, float]:
+    """One per-channel normalisation value checked, for every file or processor that states one.
+
+    Args:
+        where: the file or processor named in the message (``/m/preprocessor_config.json``).
+        key: the field named in the message (``image_std``, ``preprocess_cfg.mean``).
+        value: three numbers, or one number standing for all three channels.
+        std: a std (bounded in ``STD_LIMITS``) rather than a mean (bounded by ``MEAN_LIMIT``).
+
+    Returns:
+        (3,) the values as floats.
+
+    Raises:
+        ValueError: not three finite numbers within the bounds, naming ``where``, ``key`` and the value.
+    """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value] * 3
     ok = (
-        isinstance(value, list)
+        isinstance(value, (list, tuple))
         and len(value) == 3
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
     )
-    if not ok or (std and min(value) <= 0):
-        rule = "three finite numbers > 0" if std else "three finite numbers"
-        raise ValueError(f"{path}: {key} must be {rule}, got {value!r}")
+    low, high = STD_LIMITS if std else (-MEAN_LIMIT, MEAN_LIMIT)
+    if not ok or not all(low <= v <= high for v in value):
+        raise ValueError(f"{where}: {key} must be three finite numbers in [{low:g}, {high:g}], got {value!r}")
     return tuple(float(v) for v in value)
 
 

@@ -57,18 +57,29 @@ _PACS_HINT = (
 
 
 def unpickling_refusal(path: Path, err: pickle.UnpicklingError, hint: str = _PACS_HINT) -> ValueError:
-    """The error for a file that ``torch.load(weights_only=True)`` refused: the globals it would need, named."""
+    """The error for a file that ``torch.load(weights_only=True)`` refused: the globals it would need, named.
+
+    Globals outside torch can run code; torch's own (a pickled ``nn.Module`` or optimiser, the legacy
+    ``torch.save(model)``) are Python objects beyond tensors: both are refusals, not damage. Only a refusal
+    naming no global is a truncated or corrupt file."""
     names = _unsafe_globals(path, str(err))
     if names and not any(n.startswith("torch.") for n in names):
         return ValueError(
             f"refused to load {path}: unpickling it needs {', '.join(names)}, which can run arbitrary code, "
             f"and capeval reads weights with torch.load(weights_only=True); nothing in the file was executed. {hint}"
         )
+    if names:
+        return ValueError(
+            f"{path} holds pickled Python objects beyond tensors ({', '.join(sorted(names)[:6])}): refused (weights_only): "
+            f"capeval reads weights with torch.load(weights_only=True), which builds tensors and plain data only; "
+            f"nothing in the file was executed. {hint}"
+        )
     return ValueError(f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})")
 
 
-def torch_load_weights(path: str | Path):
-    """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong.
+def torch_load_weights(path: str | Path, hint: str = _PACS_HINT):
+    """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong
+    (``hint``: what to do about a refused pickle, for the kind of file expected).
 
     Raises:
         FileNotFoundError: no such file.
@@ -85,16 +96,17 @@ def torch_load_weights(path: str | Path):
                     raise
                 return torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
     except pickle.UnpicklingError as err:
-        raise unpickling_refusal(path, err) from err
+        raise unpickling_refusal(path, err, hint) from err
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as err:
         raise ValueError(
             f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
         ) from err
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | Path, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: ``.safetensors``, or a ``torch.save`` file holding a state dict
-    directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped.
+    directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped. ``hint``: what
+    to do about a refused pickle (the PAC-S one by default).
 
     Raises:
         FileNotFoundError: no such file.
@@ -113,7 +125,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
                 f"{path} is truncated or corrupt: not a readable safetensors file ({err})"
             ) from err
     else:
-        obj = torch_load_weights(path)
+        obj = torch_load_weights(path, hint)
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping) or not obj:
