@@ -150,6 +150,70 @@ def test_the_sidecar_is_part_of_the_revision(tmp_path):
     assert second.model.config.text_config.hidden_act == "gelu"
 
 
+# --- One file named under two architectures or tags ---
+
+
+def _tiny_tables(monkeypatch):
+    """Architectures and tags of the tiny test model in open_clip's tables: with and without QuickGELU, and a
+    tag that squashes instead of cropping."""
+    from dataclasses import replace
+
+    from capeval.clip.open_clip_tables import ARCHITECTURES, PRETRAINED, OpenClipArchitecture, PretrainedTag
+
+    tiny = OpenClipArchitecture(
+        embed_dim=32, image_size=32, patch_size=8, vision_width=128, vision_layers=2, vision_head_width=64,
+        text_width=128, text_heads=2, text_layers=2,
+    )  # fmt: skip
+    monkeypatch.setitem(ARCHITECTURES, "Tiny-32", tiny)
+    monkeypatch.setitem(ARCHITECTURES, "Tiny-32-quickgelu", replace(tiny, quick_gelu=True))
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "openai"), PretrainedTag(quick_gelu=True))
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "laion"), PretrainedTag())
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "squashed"), PretrainedTag(resize_mode="squash"))
+
+
+def test_one_file_named_under_two_architectures_is_two_models_with_two_signatures(
+    tmp_path, world, monkeypatch
+):
+    from capeval.clip.backbones import clear_cache
+
+    _tiny_tables(monkeypatch)
+    images, captions, _ = world
+    path = write_open_clip_file(tiny_model("gelu"), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    quick, plain = f"open_clip:Tiny-32-quickgelu/openai:{path}", f"open_clip:Tiny-32/laion:{path}"
+    a = capeval.CLIPScore(model=quick)(captions, images=images)
+    b = capeval.CLIPScore(model=plain)(captions, images=images)
+    assert load_backbone(quick).model.config.text_config.hidden_act == "quick_gelu"
+    assert load_backbone(plain).model.config.text_config.hidden_act == "gelu"
+    assert a["signature"].split("|")[1].startswith("model=open_clip:Tiny-32-quickgelu/openai@sha256:")
+    assert b["signature"].split("|")[1].startswith("model=open_clip:Tiny-32/laion@sha256:")
+    assert max(abs(x - y) for x, y in zip(a["scores"], b["scores"], strict=True)) > 1e-4
+    clear_cache()
+    assert capeval.CLIPScore(model=plain)(captions, images=images) == b  # what a fresh process would give
+
+
+def test_one_file_named_under_two_tags_gets_each_tags_preprocessing(tmp_path, world, monkeypatch):
+    _tiny_tables(monkeypatch)
+    images, captions, _ = world
+    path = write_open_clip_file(tiny_model("gelu"), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    crop = capeval.CLIPScore(model=f"open_clip:Tiny-32/laion:{path}")(captions, images=images)
+    squash = capeval.CLIPScore(model=f"open_clip:Tiny-32/squashed:{path}")(captions, images=images)
+    assert "image_resize=exact:32x32" in squash["signature"] and "image_resize" not in crop["signature"]
+    assert squash["scores"] != crop["scores"]
+
+
+def test_tokenizer_files_beside_the_weights_are_part_of_the_revision(tmp_path):
+    path = write_open_clip_file(
+        tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    first = load_backbone(str(path))
+    tokenizer_config = tmp_path / "oc" / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text())
+    settings["model_max_length"] = 16
+    tokenizer_config.write_text(json.dumps(settings))
+    second = load_backbone(str(path))
+    assert second is not first and second.name != first.name
+
+
 def test_named_architecture_must_fit_the_file(tmp_path):
     path = write_open_clip_file(tiny_model(), tmp_path / "oc", tokenizer=build_clip_tokenizer())
     with pytest.raises(
