@@ -28,6 +28,7 @@ from capeval.clip.image_constants import (
     ImageConstants,
     decide_image_constants,
     folder_origins,
+    image_settings_file,
 )
 from capeval.clip.model_sources import (  # hub_offline, model_unavailable: re-exported, callers import them here
     hub_offline,  # noqa: F401
@@ -158,25 +159,18 @@ def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: 
 def _image_constants(
     folder: Path, config, hub_id: str | None, family: Family = CLIP
 ) -> tuple[int, ImageConstants]:
-    """Input size from the vision config; mean/std by origin or from preprocessor_config.json (never assumed).
-    Other families: geometry and constants from their image processor's file (``families.image_recipe``)."""
-    pre: Path | None = folder / PREPROCESSOR_FILE
-    if not pre.is_file() and hub_id is not None:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError
-
-        try:
-            pre = Path(hf_hub_download(hub_id, PREPROCESSOR_FILE, revision=folder.name))
-        except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
-            pre = None
+    """Input size from the vision config; mean/std by origin or from the image settings file (never assumed).
+    Other families: geometry and constants from their image processor's file (``families.image_recipe``). The file
+    is ``preprocessor_config.json`` or transformers 5's ``processor_config.json`` (``image_settings_file``)."""
+    settings = image_settings_file(folder, hub_id)
     where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
     if not family.is_clip:
         from capeval.clip.families import image_recipe
 
-        return image_recipe(where, folder, pre)
+        return image_recipe(where, folder, settings)
     size = int(config.vision_config.image_size)
     origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
-    return size, decide_image_constants(where, folder, pre, origins)
+    return size, decide_image_constants(where, folder, settings, origins)
 
 
 def load_backbone(

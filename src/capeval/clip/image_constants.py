@@ -11,8 +11,13 @@ open_clip itself uses. So:
    their transformers weights (OpenAI's ``openai/clip-vit-*``, LAION's ``laion/CLIP-ViT-*``) or from the
    ``open_clip:ARCH/TAG`` spelling. A converted or trained folder names its origin in ``pacscore.json``.
    Where the folder's own ``preprocessor_config.json`` disagrees, the table wins, with a warning naming both.
-2. Otherwise the model's ``preprocessor_config.json`` decides (the tiny test CLIPs, models unknown here).
+2. Otherwise the model's ``preprocessor_config.json`` decides (the tiny test CLIPs, models unknown here), or,
+   for a folder saved by transformers 5's processors, the ``image_processor`` entry of its
+   ``processor_config.json`` (``image_settings_file`` finds either, for every path).
 3. Neither: a ``ValueError`` naming the folder and what to add. No constants are ever assumed.
+
+Every mean/std stated anywhere (these files, an in-memory image processor, an OpenCLIP sidecar) passes
+``check_channels``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 INCEPTION_IMAGE_MEAN = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_MEAN
 INCEPTION_IMAGE_STD = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_STD
 PREPROCESSOR_FILE = "preprocessor_config.json"
+PROCESSOR_FILE = "processor_config.json"  # transformers 5 processors save the image processor's settings here
 # Keys of a provenance file that name the model a folder's weights were made from, most specific first:
 # "origin" (written by capeval since this table), "base_model" (conversions), "trained_from" (PAC-S training).
 _PROVENANCE_ORIGIN_KEYS = ("origin", "base_model", "trained_from")
@@ -152,21 +158,73 @@ def folder_origins(folder: Path) -> list[str]:
     return found
 
 
-def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
-    """(mean, std) from a ``preprocessor_config.json``, as transformers' ``CLIPImageProcessor`` applies them.
+def image_settings_file(folder: Path, hub_id: str | None = None) -> Path | None:
+    """The file holding a model's image-processor settings: its ``preprocessor_config.json``, else the
+    ``processor_config.json`` with an ``image_processor`` entry that transformers 5 processors save instead (a
+    ``CLIPProcessor.save_pretrained`` folder has no other); ``None`` when it has neither.
 
-    ``do_normalize: false`` means pixels in [0, 1] (mean 0, std 1); a single number stands for all channels.
+    The one place every path finds them: model folders, Hub snapshots, converted PAC-S folders.
+
+    Args:
+        folder: the model's folder (a Hub snapshot for Hub models).
+        hub_id: the Hub repo of a snapshot: a file the snapshot lacks is fetched from it at the snapshot's commit
+            (from the local cache only when offline).
+    """
+    for name in (PREPROCESSOR_FILE, PROCESSOR_FILE):
+        path = folder / name
+        if not path.is_file() and hub_id is not None:
+            path = _hub_file(hub_id, name, folder.name) or path
+        if path.is_file() and (name == PREPROCESSOR_FILE or _has_image_processor(path)):
+            return path
+    return None
+
+
+def _hub_file(hub_id: str, name: str, commit: str) -> Path | None:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(hub_id, name, revision=commit))
+    except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
+        return None
+
+
+def _has_image_processor(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text()).get("image_processor"), dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def read_image_settings(path: Path) -> dict:
+    """The image processor's settings in ``path``: a ``preprocessor_config.json`` whole, or the
+    ``image_processor`` entry of a ``processor_config.json``.
 
     Raises:
-        ValueError: unreadable JSON, missing ``image_mean``/``image_std`` (named), or values that are not three
-            finite numbers (std > 0).
+        ValueError: unreadable JSON, or not a JSON object (named).
     """
     try:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path} is not readable JSON ({err})") from err
+    if isinstance(cfg, dict) and path.name == PROCESSOR_FILE:
+        cfg = cfg.get("image_processor")
     if not isinstance(cfg, dict):
-        raise ValueError(f"{path} holds {type(cfg).__name__}, not a JSON object")
+        raise ValueError(f"{path} holds {type(cfg).__name__}, not a JSON object of image-processor settings")
+    return cfg
+
+
+def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
+    """(mean, std) from a ``preprocessor_config.json`` or ``processor_config.json`` (``read_image_settings``), as
+    transformers' ``CLIPImageProcessor`` applies them.
+
+    ``do_normalize: false`` means pixels in [0, 1] (mean 0, std 1); a single number stands for all channels.
+
+    Raises:
+        ValueError: unreadable JSON, missing ``image_mean``/``image_std`` (named), or values that fail
+            ``check_channels``.
+    """
+    cfg = read_image_settings(path)
     if cfg.get("do_normalize", True) is False:
         return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     missing = [k for k in ("image_mean", "image_std") if k not in cfg]
@@ -187,7 +245,7 @@ def decide_image_constants(
     Args:
         where: how to name the model in messages (``model folder /x``, ``model 'org/name'``).
         folder: the model's folder (named in the error).
-        preprocessor: its ``preprocessor_config.json`` (``None`` or a missing path: there is none).
+        preprocessor: its image settings file (``image_settings_file``; ``None`` or a missing path: there is none).
         origins: candidate origins, most specific first (a Hub id, a provenance record's ``base_model``).
 
     Raises:
@@ -223,7 +281,8 @@ def decide_image_constants(
         return ImageConstants(mean, std, None)
     named = f" (it names {', '.join(repr(o) for o in origins)}, not one capeval knows)" if origins else ""
     raise ValueError(
-        f"{where}: no {PREPROCESSOR_FILE} in {folder} and no known origin{named}, so the image mean/std it was "
+        f"{where}: no {PREPROCESSOR_FILE} in {folder} (nor a {PROCESSOR_FILE} with an image_processor entry) and no "
+        f"known origin{named}, so the image mean/std it was "
         f"trained with are unknown. Add a {PREPROCESSOR_FILE} with the model's image_mean and image_std "
         "(capeval.clip.backbones.write_preprocessor_config writes one), or, for weights made from a known model, "
         f'a {PROVENANCE_FILE} naming it as "origin" (one of: {", ".join(HUB_ORIGINS)}, or open_clip:ARCH/TAG)'
