@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import warnings
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +16,7 @@ from capeval.clip.backbones import load_backbone, resolve_device, resolve_dtype
 from capeval.clip.batching import run_with_backoff
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
+from capeval.diagnostics.categories import ImageConstantsWarning
 
 
 def test_a_backbone_is_loaded_once_per_process_and_reused(tiny_clip_dir):
@@ -165,3 +170,92 @@ def test_the_reader_can_be_chosen_and_a_wrong_one_is_named(tiny_clip_dir):
         encode_images(bb, images, reader="gpu")
     with pytest.raises(ValueError, match="reader must be"):
         encode_images(bb, [], reader="gpu")
+
+
+# --- A folder's identity covers every file that decides its numbers ---
+
+
+def _copy_folder(source, target):
+    import shutil
+
+    return Path(shutil.copytree(source, target))
+
+
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        section, _, name = key.rpartition("__")
+        (data[section] if section else data)[name] = value
+    path.write_text(json.dumps(data))
+
+
+def test_editing_a_folders_config_changes_its_scores_and_its_signature(tiny_clip_dir, tmp_path):
+    from capeval.testing.shapes import example_items
+
+    items = list(example_items(3).values())
+    captions, images = [it["candidate"] for it in items], [it["image"] for it in items]
+    folder = _copy_folder(tiny_clip_dir, tmp_path / "clip")
+    before = capeval.CLIPScore(model=str(folder))(captions, images=images)
+    _edit_json(folder / "config.json", text_config__hidden_act="gelu", vision_config__hidden_act="gelu")
+    after = capeval.CLIPScore(model=str(folder))(captions, images=images)
+    assert after["signature"] != before["signature"]
+    assert load_backbone(str(folder)).model.config.text_config.hidden_act == "gelu"
+    fresh = capeval.CLIPScore(model=str(_copy_folder(folder, tmp_path / "fresh")))(captions, images=images)
+    assert after["scores"] == pytest.approx(fresh["scores"], abs=1e-6)
+    assert max(abs(a - b) for a, b in zip(after["scores"], before["scores"], strict=True)) > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("name", "changes"),
+    [
+        ("preprocessor_config.json", {"image_mean": [0.5, 0.5, 0.5]}),
+        ("tokenizer_config.json", {"model_max_length": 16}),
+        ("tokenizer.json", {}),  # the same settings written without indentation: other bytes
+        ("pacscore.json", {"origin": "laion/CLIP-ViT-L-14-laion2B-s32B-b82K"}),
+    ],
+)
+def test_editing_a_processor_tokenizer_or_provenance_file_names_another_model(
+    tiny_clip_dir, tmp_path, name, changes
+):
+    folder = _copy_folder(tiny_clip_dir, tmp_path / "clip")
+    first = load_backbone(str(folder))
+    path = folder / name
+    if not path.exists():
+        path.write_text("{}")
+    _edit_json(path, **changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore", ImageConstantsWarning
+        )  # the origin's constants over the file's: expected
+        second = load_backbone(str(folder))
+    assert second is not first and second.revision != first.revision
+
+
+def test_a_folders_files_are_hashed_once_per_process_until_one_changes(tiny_clip_dir, tmp_path, monkeypatch):
+    import os
+
+    from capeval.clip.checkpoints import files
+
+    folder = _copy_folder(tiny_clip_dir, tmp_path / "clip")
+    weights = folder / "model.safetensors"
+    read: list[str] = []
+    real = files._read_sha256
+    monkeypatch.setattr(files, "_read_sha256", lambda path: read.append(path.name) or real(path))
+    first = load_backbone(str(folder))
+    assert read.count("model.safetensors") == 1 and "config.json" in read
+    read.clear()
+    assert load_backbone(str(folder)) is first and capeval.CLIPScore(model=str(folder)).backbone is first
+    assert read == []  # stat only: no file read again
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    load_backbone(str(folder))
+    assert read == ["model.safetensors"]
+    read.clear()
+    # The same bytes written to a new file moved over the old one, size and times kept: another inode.
+    twin = folder / "twin.tmp"
+    twin.write_bytes(weights.read_bytes())
+    st = weights.stat()
+    os.utime(twin, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(twin, weights)
+    assert load_backbone(str(folder)) is not None
+    assert read == ["model.safetensors"]

@@ -126,6 +126,31 @@ def test_a_shared_cache_reuses_images_across_prefixes_but_not_across_models(
     assert other_model.summary["this_run"]["images_encoded"] == 21
 
 
+# --- A shared cache and a model folder edited between runs ---
+
+
+def test_a_shared_cache_serves_no_embedding_of_a_model_folder_since_edited(corpus, tmp_path, tiny_clip_dir):
+    import shutil
+
+    folder = Path(shutil.copytree(tiny_clip_dir, tmp_path / "clip"))
+    options = dict(chunk_size=50, cache=tmp_path / "shared.sqlite")
+    first = score_corpus(corpus, tmp_path / "a", model=str(folder), **options)
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["hidden_act"] = config["vision_config"]["hidden_act"] = "gelu"
+    (folder / "config.json").write_text(json.dumps(config))
+    edited = score_corpus(corpus, tmp_path / "b", model=str(folder), **options)
+    run = edited.summary["this_run"]
+    assert (run["image_cache_hits"], run["images_encoded"]) == (0, 21)
+    assert edited.summary["signature"] != first.summary["signature"]
+    source = read_jsonl(corpus)
+    good = [i for i in range(23) if i not in (3, 7)]
+    fresh = capeval.CLIPScore(model=str(shutil.copytree(folder, tmp_path / "fresh")))(
+        [source[i]["caption"] for i in good], images=[str(corpus.parent / source[i]["image"]) for i in good]
+    )
+    rows = read_jsonl(edited.scores)
+    assert [rows[i]["clipscore"] for i in good] == pytest.approx(fresh["scores"], abs=1e-6)
+
+
 def test_an_output_folder_of_another_run_is_refused(corpus, tmp_path, tiny_clip_dir):
     score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6)
     with pytest.raises(ValueError, match="holds a run with other settings .*signature"):

@@ -186,10 +186,21 @@ def test_a_converted_folder_records_its_origin_and_the_origins_constants(tiny_cl
     ("edit", "match"),
     [
         (lambda cfg: cfg.pop("image_std"), r"preprocessor_config.json has no image_std"),
-        (lambda cfg: cfg.update(image_std=[0.5, 0.0, 0.5]), r"image_std must be three finite numbers > 0"),
+        (
+            lambda cfg: cfg.update(image_std=[0.5, 0.0, 0.5]),
+            r"image_std must be three finite numbers in \[0\.001, 10\], got \[0\.5, 0\.0, 0\.5\]",
+        ),
         (
             lambda cfg: cfg.update(image_mean=[0.5, 0.5]),
-            r"image_mean must be three finite numbers, got \[0.5, 0.5\]",
+            r"image_mean must be three finite numbers in \[-10, 10\], got \[0.5, 0.5\]",
+        ),
+        (
+            lambda cfg: cfg.update(image_mean=[1e30] * 3),
+            r"image_mean must be three finite numbers in \[-10, 10\]",
+        ),
+        (
+            lambda cfg: cfg.update(image_std=[1e30] * 3),
+            r"image_std must be three finite numbers in \[0\.001, 10\]",
         ),
     ],
 )
@@ -253,3 +264,103 @@ def test_a_hub_model_is_known_by_its_id(tiny_clip_dir, tmp_path, monkeypatch):
         f"clipscore|model={LAION_L14}@0123456|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|"
         in scorer.signature
     )
+
+
+# --- Normalisation outside what pixels allow, wherever it is stated ---
+
+
+def test_an_image_processor_with_absurd_constants_is_refused_by_the_same_check_as_files():
+    from transformers import CLIPImageProcessorPil
+
+    from capeval.clip.backbones import load_backbone
+    from capeval.testing.tiny_clip import build_tiny_clip
+
+    model, tokenizer = build_tiny_clip(seed=7)
+    size = model.config.vision_config.image_size
+    geometry = {"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}}
+    for key, value, bounds in (("image_std", 1e30, r"\[0\.001, 10\]"), ("image_mean", 1e30, r"\[-10, 10\]")):
+        processor = CLIPImageProcessorPil(**geometry, **{key: [value] * 3})
+        with pytest.raises(
+            ValueError,
+            match=rf"its image processor: {key} \(as applied to \[0, 1\] pixels\) must be three finite numbers in "
+            rf"{bounds}",
+        ):
+            load_backbone((model, tokenizer, processor))
+
+
+# --- A CLIP saved as transformers 5 saves it: image settings in processor_config.json ---
+
+
+def _saved_two_ways(tmp_path: Path) -> tuple[Path, Path]:
+    """One tiny CLIP (mean = std = 0.5) saved by transformers' own ``CLIPProcessor.save_pretrained`` then
+    ``CLIPModel.save_pretrained`` (transformers 5: ``processor_config.json``, no ``preprocessor_config.json``), and
+    the same weights saved the older way, with a ``preprocessor_config.json``."""
+    from transformers import CLIPImageProcessor, CLIPModel, CLIPProcessor
+
+    from capeval.clip.backbones import write_preprocessor_config
+    from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+
+    torch.manual_seed(11)
+    model = CLIPModel(tiny_clip_config()).eval()
+    size = model.config.vision_config.image_size
+    images = CLIPImageProcessor(
+        size={"shortest_edge": size},
+        crop_size={"height": size, "width": size},
+        image_mean=HALF,
+        image_std=HALF,
+    )
+    new = tmp_path / "saved-by-transformers"
+    CLIPProcessor(image_processor=images, tokenizer=build_clip_tokenizer()).save_pretrained(new)
+    model.save_pretrained(new)
+    old = save_clip_folder(model, build_clip_tokenizer(), tmp_path / "saved-the-older-way")
+    write_preprocessor_config(old, size, HALF, HALF)
+    return new, old
+
+
+def _world():
+    from capeval.testing.shapes import example_items
+
+    items = list(example_items(4).values())
+    return [it["candidate"] for it in items], [it["image"] for it in items]
+
+
+def test_a_clip_folder_saved_by_transformers_processor_and_model_scores_as_the_older_layout(tmp_path):
+    new, old = _saved_two_ways(tmp_path)
+    assert (new / "processor_config.json").is_file() and not (new / "preprocessor_config.json").exists()
+    captions, images = _world()
+    a = capeval.CLIPScore(model=str(new))(captions, images=images)
+    b = capeval.CLIPScore(model=str(old))(captions, images=images)
+    assert a["scores"] == pytest.approx(b["scores"], abs=1e-6)
+    assert "|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|" in a["signature"]
+
+
+def test_a_hub_snapshot_saved_by_transformers_processor_and_model_reads_its_processor_config(
+    tmp_path, monkeypatch
+):
+    from huggingface_hub import constants
+
+    new, old = _saved_two_ways(tmp_path)
+    commit = "0123456789" * 4
+    repo = tmp_path / "hub" / "models--someone--tiny-clip"
+    shutil.copytree(new, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    captions, images = _world()
+    a = capeval.CLIPScore(model="someone/tiny-clip")(captions, images=images)
+    b = capeval.CLIPScore(model=str(old))(captions, images=images)
+    assert a["scores"] == pytest.approx(b["scores"], abs=1e-6)
+    assert a["signature"].split("|")[1] == "model=someone/tiny-clip@0123456"
+
+
+def test_a_pacs_folder_saved_by_transformers_processor_and_model_scores_as_the_older_layout(tmp_path):
+    new, old = _saved_two_ways(tmp_path)
+    captions, images = _world()
+    a = capeval.PACScore(checkpoint=str(new))(captions, images=images)
+    b = capeval.PACScore(checkpoint=str(old))(captions, images=images)
+    assert a["scores"] == pytest.approx(b["scores"], abs=1e-6)
+    # Converting it again (as scripts/convert_pacscore.py's save does) writes the settings the older way, unchanged.
+    again = save_model_folder(load_backbone(str(new)).model, load_backbone(str(new)), tmp_path / "again", {})
+    c = capeval.PACScore(checkpoint=str(again))(captions, images=images)
+    assert c["scores"] == pytest.approx(b["scores"], abs=1e-6)

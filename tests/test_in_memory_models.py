@@ -17,6 +17,7 @@ import capeval
 from capeval.clip.backbones import _CACHE, load_backbone
 from capeval.testing.shapes import example_items, shapes_clip_path
 from capeval.testing.tiny_clip import build_clip_tokenizer, build_tiny_clip
+from tests.threads import run_together
 
 PREFIX = "A photo depicts"
 
@@ -108,6 +109,33 @@ def test_weights_are_hashed_at_each_call_and_nothing_is_cached(shapes_model, wor
     assert max(abs(a - b) for a, b in zip(after["scores"], first["scores"], strict=True)) > 1e-3
     assert len(_CACHE) == cached
     assert load_backbone((model, processor)) is not load_backbone((model, processor))
+
+
+# --- One model object scored from several threads at once ---
+
+
+def test_concurrent_calls_run_in_eval_mode_and_give_the_modes_back_once(shapes_model, world):
+    model, processor = shapes_model
+    model.vision_model.encoder.train(False)  # a mixed state: every submodule must get its own mode back
+    before = modes(model)
+    seen: list[bool] = []
+    hooks = [
+        m.register_forward_pre_hook(lambda module, args: seen.append(module.training))
+        for m in model.modules()
+    ]
+    scorer = capeval.CLIPScore(model=(model, processor))
+    expected = scorer(world["captions"][:2], images=world["images"][:2])["scores"]
+    try:
+        for _ in range(30):
+            results = run_together(lambda: scorer(world["captions"][:2], images=world["images"][:2]), n=4)
+            assert modes(model) == before
+            for result in results:
+                assert not isinstance(result, Exception), result
+                assert result["scores"] == pytest.approx(expected, abs=1e-6)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen and not any(seen)  # no forward, in any thread, ran a submodule in train mode
 
 
 def test_same_weights_in_two_objects_give_one_hash(shapes_model, world):

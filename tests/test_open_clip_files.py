@@ -150,6 +150,70 @@ def test_the_sidecar_is_part_of_the_revision(tmp_path):
     assert second.model.config.text_config.hidden_act == "gelu"
 
 
+# --- One file named under two architectures or tags ---
+
+
+def _tiny_tables(monkeypatch):
+    """Architectures and tags of the tiny test model in open_clip's tables: with and without QuickGELU, and a
+    tag that squashes instead of cropping."""
+    from dataclasses import replace
+
+    from capeval.clip.open_clip_tables import ARCHITECTURES, PRETRAINED, OpenClipArchitecture, PretrainedTag
+
+    tiny = OpenClipArchitecture(
+        embed_dim=32, image_size=32, patch_size=8, vision_width=128, vision_layers=2, vision_head_width=64,
+        text_width=128, text_heads=2, text_layers=2,
+    )  # fmt: skip
+    monkeypatch.setitem(ARCHITECTURES, "Tiny-32", tiny)
+    monkeypatch.setitem(ARCHITECTURES, "Tiny-32-quickgelu", replace(tiny, quick_gelu=True))
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "openai"), PretrainedTag(quick_gelu=True))
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "laion"), PretrainedTag())
+    monkeypatch.setitem(PRETRAINED, ("Tiny-32", "squashed"), PretrainedTag(resize_mode="squash"))
+
+
+def test_one_file_named_under_two_architectures_is_two_models_with_two_signatures(
+    tmp_path, world, monkeypatch
+):
+    from capeval.clip.backbones import clear_cache
+
+    _tiny_tables(monkeypatch)
+    images, captions, _ = world
+    path = write_open_clip_file(tiny_model("gelu"), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    quick, plain = f"open_clip:Tiny-32-quickgelu/openai:{path}", f"open_clip:Tiny-32/laion:{path}"
+    a = capeval.CLIPScore(model=quick)(captions, images=images)
+    b = capeval.CLIPScore(model=plain)(captions, images=images)
+    assert load_backbone(quick).model.config.text_config.hidden_act == "quick_gelu"
+    assert load_backbone(plain).model.config.text_config.hidden_act == "gelu"
+    assert a["signature"].split("|")[1].startswith("model=open_clip:Tiny-32-quickgelu/openai@sha256:")
+    assert b["signature"].split("|")[1].startswith("model=open_clip:Tiny-32/laion@sha256:")
+    assert max(abs(x - y) for x, y in zip(a["scores"], b["scores"], strict=True)) > 1e-4
+    clear_cache()
+    assert capeval.CLIPScore(model=plain)(captions, images=images) == b  # what a fresh process would give
+
+
+def test_one_file_named_under_two_tags_gets_each_tags_preprocessing(tmp_path, world, monkeypatch):
+    _tiny_tables(monkeypatch)
+    images, captions, _ = world
+    path = write_open_clip_file(tiny_model("gelu"), tmp_path / "oc", tokenizer=build_clip_tokenizer())
+    crop = capeval.CLIPScore(model=f"open_clip:Tiny-32/laion:{path}")(captions, images=images)
+    squash = capeval.CLIPScore(model=f"open_clip:Tiny-32/squashed:{path}")(captions, images=images)
+    assert "image_resize=exact:32x32" in squash["signature"] and "image_resize" not in crop["signature"]
+    assert squash["scores"] != crop["scores"]
+
+
+def test_tokenizer_files_beside_the_weights_are_part_of_the_revision(tmp_path):
+    path = write_open_clip_file(
+        tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    first = load_backbone(str(path))
+    tokenizer_config = tmp_path / "oc" / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text())
+    settings["model_max_length"] = 16
+    tokenizer_config.write_text(json.dumps(settings))
+    second = load_backbone(str(path))
+    assert second is not first and second.name != first.name
+
+
 def test_named_architecture_must_fit_the_file(tmp_path):
     path = write_open_clip_file(tiny_model(), tmp_path / "oc", tokenizer=build_clip_tokenizer())
     with pytest.raises(
@@ -193,6 +257,129 @@ def test_a_bare_file_needs_its_config_and_a_config_must_fit_clipmodel(tmp_path):
     (tmp_path / "oc" / "open_clip_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="a ResNet tower is not a ViT"):
         load_backbone(str(path))
+
+
+def _sidecar_file(tmp_path, edit=None, preprocess_cfg=None):
+    """A tiny OpenCLIP file with its sidecar, ``edit(model_cfg)`` applied and ``preprocess_cfg`` replaced."""
+    path = write_open_clip_file(
+        tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE, tokenizer=build_clip_tokenizer()
+    )
+    sidecar = tmp_path / "oc" / "open_clip_config.json"
+    config = json.loads(sidecar.read_text())
+    if edit is not None:
+        edit(config["model_cfg"])
+    if preprocess_cfg is not None:
+        config["preprocess_cfg"] = preprocess_cfg
+    sidecar.write_text(json.dumps(config))
+    return path, sidecar
+
+
+# --- Sidecars with impossible shapes ---
+
+
+def _set(part: str, key: str, value):
+    return lambda cfg: cfg[part].__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (_set("text_cfg", "heads", 0), r"model_cfg\.text_cfg\.heads must be a positive integer, got 0"),
+        (_set("text_cfg", "heads", -2), r"model_cfg\.text_cfg\.heads must be a positive integer, got -2"),
+        (_set("text_cfg", "heads", 3), r"model_cfg\.text_cfg\.width 128 is not divisible by heads 3"),
+        (_set("vision_cfg", "head_width", 0), r"model_cfg\.vision_cfg\.head_width must be a positive integer, got 0"),
+        (_set("vision_cfg", "head_width", -64), r"model_cfg\.vision_cfg\.head_width must be a positive integer"),
+        (_set("vision_cfg", "head_width", 5), r"model_cfg\.vision_cfg\.width 128 is not divisible by its 25 heads"),
+        (_set("vision_cfg", "head_width", 256), r"model_cfg\.vision_cfg\.head_width 256 is wider than width 128"),
+        (_set("vision_cfg", "layers", 0), r"model_cfg\.vision_cfg\.layers must be a positive integer, got 0"),
+        (_set("text_cfg", "width", 128.5), r"model_cfg\.text_cfg\.width must be a positive integer, got 128\.5"),
+        (lambda cfg: cfg.__setitem__("embed_dim", True), r"model_cfg\.embed_dim must be a positive integer"),
+    ],
+    ids=["zero text heads", "negative text heads", "text heads not dividing the width", "zero head width",
+         "negative head width", "vision heads not dividing the width", "head wider than the tower",
+         "zero layers", "fractional width", "boolean embed_dim"],
+)  # fmt: skip
+def test_a_sidecar_with_impossible_heads_or_sizes_is_refused_naming_the_file_and_the_field(
+    tmp_path, edit, match
+):
+    path, sidecar = _sidecar_file(tmp_path, edit)
+    with pytest.raises(ValueError, match=match) as err:
+        capeval.CLIPScore(model=str(path))
+    assert str(sidecar) in str(err.value)
+
+
+# --- Sidecar normalisation outside what pixels allow ---
+
+
+@pytest.mark.parametrize(
+    ("pre", "field"),
+    [
+        ({"mean": [float("nan")] * 3, "std": [0.5] * 3}, "mean"),
+        ({"mean": [0.5] * 3, "std": [float("inf")] * 3}, "std"),
+        ({"mean": [1e30] * 3, "std": [0.5] * 3}, "mean"),
+        ({"mean": [0.5] * 3, "std": [1e30] * 3}, "std"),
+        ({"mean": [0.5] * 3, "std": [0.5, 0.0, 0.5]}, "std"),
+        ({"mean": [0.5] * 3, "std": [-0.5] * 3}, "std"),
+        ({"mean": [0.5] * 3, "std": [1e-30] * 3}, "std"),
+    ],
+    ids=["nan mean", "inf std", "huge mean", "huge std", "zero std", "negative std", "tiny std"],
+)
+def test_a_sidecar_mean_or_std_that_is_not_finite_or_absurd_is_refused_as_a_preprocessor_file_is(
+    tmp_path, pre, field
+):
+    path, sidecar = _sidecar_file(tmp_path, preprocess_cfg=pre)
+    bounds = r"\[-10, 10\]" if field == "mean" else r"\[0\.001, 10\]"
+    with pytest.raises(
+        ValueError, match=rf"preprocess_cfg\.{field} must be three finite numbers in {bounds}, got"
+    ):
+        capeval.CLIPScore(model=str(path))
+    with pytest.raises(ValueError, match=str(sidecar)):
+        capeval.CLIPScore(model=str(path))
+
+
+# --- Weights files that are not plain state dicts ---
+
+
+def test_a_weights_file_missing_or_adding_tensors_is_refused_naming_the_file_and_the_tensors(tmp_path):
+    model = tiny_model()
+    path, _ = _sidecar_file(tmp_path)
+    full = open_clip_state_dict(model)
+    cases = [
+        ({k: v for k, v in full.items() if k != "ln_final.weight"}, r"lacks tensors \['ln_final\.weight'\]"),
+        (
+            {k: v for k, v in full.items() if k != "transformer.resblocks.1.ln_2.bias"},
+            r"lacks 1 tensor\(s\) of its own architecture: \['transformer\.resblocks\.1\.ln_2\.bias'\]",
+        ),
+        (
+            {k: v for k, v in full.items() if k != "visual.transformer.resblocks.0.mlp.c_fc.weight"},
+            r"lacks tensors \['visual\.transformer\.resblocks\.0\.mlp\.c_fc\.weight'\]",
+        ),
+        ({**full, "visual.ls_1.gamma": torch.ones(128)}, r"has 1 unexpected tensor\(s\).*\['visual\.ls_1\.gamma'\]"),
+    ]  # fmt: skip
+    for sd, match in cases:
+        torch.save(sd, path)
+        with pytest.raises(ValueError, match=rf"weights file {path} {match}"):
+            capeval.CLIPScore(model=str(path))
+
+
+def test_a_weights_file_with_pickled_objects_beyond_tensors_is_refused_not_called_corrupt(tmp_path):
+    model = tiny_model()
+    path, _ = _sidecar_file(tmp_path)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+    for payload in (
+        {"state_dict": open_clip_state_dict(model), "optimizer": optimiser},
+        torch.nn.Linear(2, 2),
+    ):
+        torch.save(payload, path)
+        with pytest.raises(
+            ValueError, match=rf"{path} holds pickled Python objects beyond tensors \(.*torch\.(optim|nn)\."
+        ) as err:
+            capeval.CLIPScore(model=str(path))
+        message = str(err.value)
+        assert (
+            "refused (weights_only)" in message and "open_clip saves its weights as a state dict" in message
+        )
+        assert "truncated" not in message and "PAC-S" not in message
 
 
 def test_missing_tokenizer_is_refused_naming_the_files(tmp_path, monkeypatch):

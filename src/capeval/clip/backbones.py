@@ -3,13 +3,13 @@
 A backbone is a transformers ``CLIPModel`` with its tokenizer and the image-preprocessing constants
 (input size from its config; mean and std decided by ``capeval.clip.image_constants``: by the weights' origin
 where it is known, else by the model's ``preprocessor_config.json``, never assumed). It is identified by the
-model id and a revision: the Hub commit for Hub models, the sha256 prefix of the weights for local folders, so
-that a score's signature names exactly the weights that produced it.
+model id and a revision: the Hub commit for Hub models, for local folders a sha256 prefix over the weights and
+every file that decides numbers (config, processor and tokenizer files), so that a score's signature (and every
+cache keyed by it) names exactly the files that produced it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -28,6 +28,7 @@ from capeval.clip.image_constants import (
     ImageConstants,
     decide_image_constants,
     folder_origins,
+    image_settings_file,
 )
 from capeval.clip.model_sources import (  # hub_offline, model_unavailable: re-exported, callers import them here
     hub_offline,  # noqa: F401
@@ -48,7 +49,8 @@ class Backbone:
         model: the ``CLIPModel`` in eval mode on ``device`` in ``dtype``.
         tokenizer: its CLIP tokenizer.
         model_id: the Hub id or absolute folder path it was loaded from.
-        revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix of the weight files.
+        revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix over the weight files and the files that
+            decide numbers (``checkpoints.files.weights_sha256``).
         device: where it runs.
         dtype: its floating-point type.
         image_size: square input size of the vision tower (224 for ViT-B/32).
@@ -157,25 +159,18 @@ def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: 
 def _image_constants(
     folder: Path, config, hub_id: str | None, family: Family = CLIP
 ) -> tuple[int, ImageConstants]:
-    """Input size from the vision config; mean/std by origin or from preprocessor_config.json (never assumed).
-    Other families: geometry and constants from their image processor's file (``families.image_recipe``)."""
-    pre: Path | None = folder / PREPROCESSOR_FILE
-    if not pre.is_file() and hub_id is not None:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError
-
-        try:
-            pre = Path(hf_hub_download(hub_id, PREPROCESSOR_FILE, revision=folder.name))
-        except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
-            pre = None
+    """Input size from the vision config; mean/std by origin or from the image settings file (never assumed).
+    Other families: geometry and constants from their image processor's file (``families.image_recipe``). The file
+    is ``preprocessor_config.json`` or transformers 5's ``processor_config.json`` (``image_settings_file``)."""
+    settings = image_settings_file(folder, hub_id)
     where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
     if not family.is_clip:
         from capeval.clip.families import image_recipe
 
-        return image_recipe(where, folder, pre)
+        return image_recipe(where, folder, settings)
     size = int(config.vision_config.image_size)
     origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
-    return size, decide_image_constants(where, folder, pre, origins)
+    return size, decide_image_constants(where, folder, settings, origins)
 
 
 def load_backbone(
@@ -225,16 +220,16 @@ def load_backbone(
 
 
 def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
-    """An OpenCLIP weights file (``capeval.clip.open_clip_files``), cached by its contents like a folder."""
-    from capeval.clip.checkpoints.files import file_sha256
+    """An OpenCLIP file (``capeval.clip.open_clip_files``), cached by everything that decides its numbers."""
+    from capeval.clip.checkpoints.files import files_sha256, settings_files
     from capeval.clip.open_clip_files import open_clip_fields, resolve_open_clip
 
     source = resolve_open_clip(model)
-    digest = file_sha256(source.path)
-    if source.config_digest:  # the sidecar decided architecture and preprocessing: it names the numbers too
-        digest = hashlib.sha256(f"{digest}|{source.config_digest}".encode()).hexdigest()
-    revision = "sha256:" + digest[:12]
-    key = (str(source.path), revision, str(dev), dt, checkpoint)  # the path: its folder's tokenizer files too
+    # The file, and beside it the sidecar and tokenizer files that may be read with it.
+    revision = files_sha256([source.path, *settings_files(source.path.parent)])
+    # The source holds the architecture and the tag's preprocessing, which a spec names and the file does not:
+    # one file named under two architectures is two models.
+    key = ("open_clip", source, revision, str(dev), dt, checkpoint)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
@@ -357,7 +352,7 @@ def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
     hint = "Use the model's safetensors weights (model.safetensors), or re-save them from a trusted copy."
     for path in sorted(folder.glob("*.bin")):
         refusal = unpickling_refusal(path, err, hint)
-        if str(refusal).startswith("refused"):
+        if "truncated or corrupt" not in str(refusal):  # globals named: a refusal of this file, not damage
             return refusal
     names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"
     first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -24,18 +24,15 @@ whose pooling is not such a map has ``token_projection = None`` and EMScore refu
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from capeval.clip.image_constants import PREPROCESSOR_FILE, ImageConstants
+from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.tokenization import PREFIX, tokenize_captions
 
-PROCESSOR_FILE = "processor_config.json"  # transformers 5 processors save the image processor's settings here
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
 
@@ -166,11 +163,10 @@ def embed_dim(config) -> int:
 # -- images ------------------------------------------------------------------------------------------------
 
 
-def image_recipe(
-    where: str, folder: Path, preprocessor: Path | None
-) -> tuple[ProcessorGeometry, ImageConstants]:
-    """The geometry and effective normalisation of a non-CLIP family, from its ``preprocessor_config.json`` (or
-    the ``image_processor`` entry of the ``processor_config.json`` that transformers 5 processors save).
+def image_recipe(where: str, folder: Path, settings: Path | None) -> tuple[ProcessorGeometry, ImageConstants]:
+    """The geometry and effective normalisation of a non-CLIP family, from its image settings file
+    (``image_constants.image_settings_file``: ``preprocessor_config.json``, or the ``image_processor`` entry of
+    the ``processor_config.json`` that transformers 5 processors save).
 
     The processor computes ``((u * s - offset) - mean) / std`` (then ``/ std`` again with EfficientNet's
     ``include_top``) on uint8 values ``u``; with ``p = u / 255`` that is ``(p - mean') / std'`` where
@@ -180,11 +176,7 @@ def image_recipe(
         ValueError: no such file (named), a processor whose steps capeval does not reproduce (named), or an
             output that is not square.
     """
-    if preprocessor is not None and preprocessor.is_file():
-        source = preprocessor
-    elif _has_image_processor(folder / PROCESSOR_FILE):
-        source = folder / PROCESSOR_FILE
-    else:
+    if settings is None:
         raise ValueError(
             f"{where} has neither {PREPROCESSOR_FILE} nor a {PROCESSOR_FILE} with an image_processor entry (looked "
             f"in {folder}): its image processor (resize, crop, mean/std) is unknown, so its images cannot be "
@@ -193,9 +185,9 @@ def image_recipe(
     from transformers import AutoImageProcessor
 
     try:
-        proc = AutoImageProcessor.from_pretrained(str(source.parent), trust_remote_code=False)
+        proc = AutoImageProcessor.from_pretrained(str(settings.parent), trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{where}: {source} could not be read as an image processor ({err})") from err
+        raise ValueError(f"{where}: {settings} could not be read as an image processor ({err})") from err
     return processor_recipe(where, proc)
 
 
@@ -216,13 +208,6 @@ def processor_recipe(where: str, proc) -> tuple[ProcessorGeometry, ImageConstant
             f"{where}: its image processor sets do_resize=false or do_pad=true; capeval needs a fixed size"
         )
     return _geometry(where, proc), _constants(where, proc)
-
-
-def _has_image_processor(path: Path) -> bool:
-    try:
-        return path.is_file() and isinstance(json.loads(path.read_text()).get("image_processor"), dict)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return False
 
 
 def _geometry(where: str, proc) -> ProcessorGeometry:
@@ -259,13 +244,15 @@ def _constants(where: str, proc) -> ImageConstants:
     mean = _channels(proc.image_mean) if normalize else [0.0] * 3
     std = _channels(proc.image_std) if normalize else [1.0] * 3
     top = _channels(proc.image_std) if getattr(proc, "include_top", False) else [1.0] * 3
-    eff_mean = tuple((m + offset) / scale for m in mean)
-    eff_std = tuple(s * t / scale for s, t in zip(std, top, strict=True))
-    if not all(math.isfinite(v) for v in eff_mean + eff_std) or min(eff_std) <= 0:
-        raise ValueError(
-            f"{where}: its processor's rescale/mean/std give no usable normalisation ({eff_mean}, {eff_std})"
-        )
-    return ImageConstants(eff_mean, eff_std, None)
+    eff_mean = [(m + offset) / scale for m in mean]
+    eff_std = [s * t / scale for s, t in zip(std, top, strict=True)]
+    what = f"{where}: its image processor"
+    # Checked after rescale, offset and include_top are folded in: what the pixels in [0, 1] meet.
+    return ImageConstants(
+        check_channels(what, "image_mean (as applied to [0, 1] pixels)", eff_mean),
+        check_channels(what, "image_std (as applied to [0, 1] pixels)", eff_std, std=True),
+        None,
+    )
 
 
 # -- texts -------------------------------------------------------------------------------------------------

@@ -11,8 +11,13 @@ open_clip itself uses. So:
    their transformers weights (OpenAI's ``openai/clip-vit-*``, LAION's ``laion/CLIP-ViT-*``) or from the
    ``open_clip:ARCH/TAG`` spelling. A converted or trained folder names its origin in ``pacscore.json``.
    Where the folder's own ``preprocessor_config.json`` disagrees, the table wins, with a warning naming both.
-2. Otherwise the model's ``preprocessor_config.json`` decides (the tiny test CLIPs, models unknown here).
+2. Otherwise the model's ``preprocessor_config.json`` decides (the tiny test CLIPs, models unknown here), or,
+   for a folder saved by transformers 5's processors, the ``image_processor`` entry of its
+   ``processor_config.json`` (``image_settings_file`` finds either, for every path).
 3. Neither: a ``ValueError`` naming the folder and what to add. No constants are ever assumed.
+
+Every mean/std stated anywhere (these files, an in-memory image processor, an OpenCLIP sidecar) passes
+``check_channels``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ OPENAI_IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 INCEPTION_IMAGE_MEAN = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_MEAN
 INCEPTION_IMAGE_STD = (0.5, 0.5, 0.5)  # open_clip src/open_clip/constants.py INCEPTION_STD
 PREPROCESSOR_FILE = "preprocessor_config.json"
+PROCESSOR_FILE = "processor_config.json"  # transformers 5 processors save the image processor's settings here
 # Keys of a provenance file that name the model a folder's weights were made from, most specific first:
 # "origin" (written by capeval since this table), "base_model" (conversions), "trained_from" (PAC-S training).
 _PROVENANCE_ORIGIN_KEYS = ("origin", "base_model", "trained_from")
+# Pixels lie in [0, 1]. A mean far outside, or a std far above 1, maps every image to nearly one flat picture; a
+# std far below maps pixels to values in the hundreds of thousands (inf in float16).
+MEAN_LIMIT = 10.0
+STD_LIMITS = (1e-3, 10.0)
 _TOLERANCE = (
     1e-6  # constants written to JSON and read back are the same floats; anything else is a real difference
 )
@@ -148,21 +158,73 @@ def folder_origins(folder: Path) -> list[str]:
     return found
 
 
-def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
-    """(mean, std) from a ``preprocessor_config.json``, as transformers' ``CLIPImageProcessor`` applies them.
+def image_settings_file(folder: Path, hub_id: str | None = None) -> Path | None:
+    """The file holding a model's image-processor settings: its ``preprocessor_config.json``, else the
+    ``processor_config.json`` with an ``image_processor`` entry that transformers 5 processors save instead (a
+    ``CLIPProcessor.save_pretrained`` folder has no other); ``None`` when it has neither.
 
-    ``do_normalize: false`` means pixels in [0, 1] (mean 0, std 1); a single number stands for all channels.
+    The one place every path finds them: model folders, Hub snapshots, converted PAC-S folders.
+
+    Args:
+        folder: the model's folder (a Hub snapshot for Hub models).
+        hub_id: the Hub repo of a snapshot: a file the snapshot lacks is fetched from it at the snapshot's commit
+            (from the local cache only when offline).
+    """
+    for name in (PREPROCESSOR_FILE, PROCESSOR_FILE):
+        path = folder / name
+        if not path.is_file() and hub_id is not None:
+            path = _hub_file(hub_id, name, folder.name) or path
+        if path.is_file() and (name == PREPROCESSOR_FILE or _has_image_processor(path)):
+            return path
+    return None
+
+
+def _hub_file(hub_id: str, name: str, commit: str) -> Path | None:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(hub_id, name, revision=commit))
+    except EntryNotFoundError:  # the repo has none (LocalEntryNotFoundError, offline, is one too)
+        return None
+
+
+def _has_image_processor(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text()).get("image_processor"), dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def read_image_settings(path: Path) -> dict:
+    """The image processor's settings in ``path``: a ``preprocessor_config.json`` whole, or the
+    ``image_processor`` entry of a ``processor_config.json``.
 
     Raises:
-        ValueError: unreadable JSON, missing ``image_mean``/``image_std`` (named), or values that are not three
-            finite numbers (std > 0).
+        ValueError: unreadable JSON, or not a JSON object (named).
     """
     try:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path} is not readable JSON ({err})") from err
+    if isinstance(cfg, dict) and path.name == PROCESSOR_FILE:
+        cfg = cfg.get("image_processor")
     if not isinstance(cfg, dict):
-        raise ValueError(f"{path} holds {type(cfg).__name__}, not a JSON object")
+        raise ValueError(f"{path} holds {type(cfg).__name__}, not a JSON object of image-processor settings")
+    return cfg
+
+
+def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
+    """(mean, std) from a ``preprocessor_config.json`` or ``processor_config.json`` (``read_image_settings``), as
+    transformers' ``CLIPImageProcessor`` applies them.
+
+    ``do_normalize: false`` means pixels in [0, 1] (mean 0, std 1); a single number stands for all channels.
+
+    Raises:
+        ValueError: unreadable JSON, missing ``image_mean``/``image_std`` (named), or values that fail
+            ``check_channels``.
+    """
+    cfg = read_image_settings(path)
     if cfg.get("do_normalize", True) is False:
         return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     missing = [k for k in ("image_mean", "image_std") if k not in cfg]
@@ -170,8 +232,8 @@ def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
         raise ValueError(
             f"{path} has no {' or '.join(missing)}: the model's normalisation is not stated there"
         )
-    return _channels(path, "image_mean", cfg["image_mean"]), _channels(
-        path, "image_std", cfg["image_std"], std=True
+    return check_channels(str(path), "image_mean", cfg["image_mean"]), check_channels(
+        str(path), "image_std", cfg["image_std"], std=True
     )
 
 
@@ -183,7 +245,7 @@ def decide_image_constants(
     Args:
         where: how to name the model in messages (``model folder /x``, ``model 'org/name'``).
         folder: the model's folder (named in the error).
-        preprocessor: its ``preprocessor_config.json`` (``None`` or a missing path: there is none).
+        preprocessor: its image settings file (``image_settings_file``; ``None`` or a missing path: there is none).
         origins: candidate origins, most specific first (a Hub id, a provenance record's ``base_model``).
 
     Raises:
@@ -219,7 +281,8 @@ def decide_image_constants(
         return ImageConstants(mean, std, None)
     named = f" (it names {', '.join(repr(o) for o in origins)}, not one capeval knows)" if origins else ""
     raise ValueError(
-        f"{where}: no {PREPROCESSOR_FILE} in {folder} and no known origin{named}, so the image mean/std it was "
+        f"{where}: no {PREPROCESSOR_FILE} in {folder} (nor a {PROCESSOR_FILE} with an image_processor entry) and no "
+        f"known origin{named}, so the image mean/std it was "
         f"trained with are unknown. Add a {PREPROCESSOR_FILE} with the model's image_mean and image_std "
         "(capeval.clip.backbones.write_preprocessor_config writes one), or, for weights made from a known model, "
         f'a {PROVENANCE_FILE} naming it as "origin" (one of: {", ".join(HUB_ORIGINS)}, or open_clip:ARCH/TAG)'
@@ -244,17 +307,31 @@ def decide_constants_by_origin(
     return ImageConstants(tuple(mean), tuple(std), name)
 
 
-def _channels(path: Path, key: str, value, std: bool = False) -> tuple[float, float, float]:
+def check_channels(where: str, key: str, value, std: bool = False) -> tuple[float, float, float]:
+    """One per-channel normalisation value checked, for every file or processor that states one.
+
+    Args:
+        where: the file or processor named in the message (``/m/preprocessor_config.json``).
+        key: the field named in the message (``image_std``, ``preprocess_cfg.mean``).
+        value: three numbers, or one number standing for all three channels.
+        std: a std (bounded in ``STD_LIMITS``) rather than a mean (bounded by ``MEAN_LIMIT``).
+
+    Returns:
+        (3,) the values as floats.
+
+    Raises:
+        ValueError: not three finite numbers within the bounds, naming ``where``, ``key`` and the value.
+    """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value] * 3
     ok = (
-        isinstance(value, list)
+        isinstance(value, (list, tuple))
         and len(value) == 3
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
     )
-    if not ok or (std and min(value) <= 0):
-        rule = "three finite numbers > 0" if std else "three finite numbers"
-        raise ValueError(f"{path}: {key} must be {rule}, got {value!r}")
+    low, high = STD_LIMITS if std else (-MEAN_LIMIT, MEAN_LIMIT)
+    if not ok or not all(low <= v <= high for v in value):
+        raise ValueError(f"{where}: {key} must be three finite numbers in [{low:g}, {high:g}], got {value!r}")
     return tuple(float(v) for v in value)
 
 

@@ -14,7 +14,8 @@ Such a model is not ours to change, and it changes between calls:
 - nothing is loaded, copied, moved or cast: it is scored on its own device in its own dtype (a ``device=`` or
   ``dtype=`` that differs is refused, naming both, rather than moving a model that is being trained);
 - its train/eval modes are left as found: each forward runs in eval mode (dropout off) and the modes of every
-  submodule are restored after it; no gradient is kept (inference mode);
+  submodule are restored after it, once, when the last of the calls scoring it at the same time (from several
+  threads) ends; no gradient is kept (inference mode);
 - nothing computed from it is kept across calls: no backbone cache (``load_backbone`` builds a new wrapper
   each time), no corpus embedding cache (``score_corpus`` refuses model objects);
 - each call hashes its weights: sha256 over every tensor's name, dtype, shape and bytes, written into the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -190,16 +192,36 @@ def hash_weights(module: torch.nn.Module, where: str) -> str:
     return STATE_HASH_PREFIX + digest.hexdigest()[:12]
 
 
+# id(model) -> [calls inside eval_mode, the modes found by the first]: one entry per model object while scored.
+_EVAL_USERS: dict[int, list] = {}
+_EVAL_LOCK = threading.Lock()
+
+
 @contextmanager
 def eval_mode(module: torch.nn.Module):
-    """Run the block with every submodule in eval mode, then give each its own mode back."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
+    """Run the block with every submodule in eval mode, then give each its own mode back.
+
+    Calls on one model object from several threads share one save: the first to enter records the modes and
+    switches to eval, the last to leave restores them. Saving per call would let a second call record the first
+    one's eval modes as the model's own, and the first call's restore switch train mode on under the second's
+    forward.
+    """
+    key = id(module)
+    with _EVAL_LOCK:
+        entry = _EVAL_USERS.get(key)
+        if entry is None:
+            entry = _EVAL_USERS[key] = [0, [(m, m.training) for m in module.modules()]]
+            module.eval()
+        entry[0] += 1
     try:
         yield
     finally:
-        for m, training in modes:
-            m.training = training
+        with _EVAL_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                del _EVAL_USERS[key]  # the entry holds the module: its id cannot be reused while it is here
+                for m, training in entry[1]:
+                    m.training = training
 
 
 def model_object_fields(model, device, dtype) -> dict:

@@ -20,8 +20,6 @@ cached tokenizer of ``openai/clip-vit-base-patch32``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +39,13 @@ from capeval.clip.open_clip_tables import (
 SPEC_PREFIX = "open_clip:"
 CONFIG_FILE = "open_clip_config.json"  # open_clip's hf_hub layout: model_cfg and preprocess_cfg
 WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".safetensors")
+_TENSORS_ONLY_HINT = (
+    "open_clip saves its weights as a state dict of tensors (model.state_dict()): re-save that from a trusted copy, "
+    "or use the safetensors file of its Hub repo."
+)
 TOKENIZER_SOURCE = (
     "openai/clip-vit-base-patch32"  # OpenAI's BPE, open_clip's default tokenizer for these ViTs
 )
-# model_cfg keys a CLIPModel reproduces; any other (attentional_pool, ls_init_value, timm_model_name, ...) refuses.
-_VISION_KEYS = {"image_size", "layers", "width", "head_width", "mlp_ratio", "patch_size", "patch_dropout"}
-_TEXT_KEYS = {"context_length", "vocab_size", "width", "heads", "layers", "mlp_ratio"}
-_TOP_KEYS = {"embed_dim", "quick_gelu", "vision_cfg", "text_cfg"}
 
 
 @dataclass(frozen=True)
@@ -146,76 +144,10 @@ def _from_tables(path: Path, architecture: str, tag: str | None, model: str) -> 
 
 
 def _from_sidecar(path: Path, sidecar: Path) -> OpenClipSource:
-    try:
-        raw = sidecar.read_text()
-        config = json.loads(raw)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{sidecar} is not readable JSON ({err})") from err
-    model_cfg = config.get("model_cfg") if isinstance(config, dict) else None
-    if not isinstance(model_cfg, dict):
-        raise ValueError(f"{sidecar} has no model_cfg object (open_clip's hf_hub layout)")
-    vision, text = model_cfg.get("vision_cfg"), model_cfg.get("text_cfg")
-    if not isinstance(vision, dict) or not isinstance(text, dict):
-        raise ValueError(f"{sidecar}: model_cfg needs vision_cfg and text_cfg objects")
-    foreign = sorted(
-        [k for k in model_cfg if k not in _TOP_KEYS]
-        + [f"vision_cfg.{k}" for k in vision if k not in _VISION_KEYS]
-        + [f"text_cfg.{k}" for k in text if k not in _TEXT_KEYS]
-    )
-    if foreign:
-        raise ValueError(
-            f"{sidecar}: model_cfg sets {foreign}, which transformers' CLIPModel does not reproduce; capeval loads "
-            "plain ViT CLIPs (see capeval.clip.open_clip_tables)"
-        )
-    if not isinstance(vision.get("layers", 12), int) or not isinstance(vision.get("image_size", 224), int):
-        raise ValueError(
-            f"{sidecar}: vision_cfg layers and image_size must be integers (a ResNet tower is not a ViT)"
-        )
-    try:
-        arch = OpenClipArchitecture(
-            embed_dim=int(model_cfg["embed_dim"]),
-            image_size=int(vision.get("image_size", 224)),
-            patch_size=int(vision.get("patch_size", 16)),
-            vision_width=int(vision.get("width", 768)),
-            vision_layers=int(vision.get("layers", 12)),
-            vision_head_width=int(vision.get("head_width", 64)),
-            text_width=int(text.get("width", 512)),
-            text_heads=int(text.get("heads", 8)),
-            text_layers=int(text.get("layers", 12)),
-            context_length=int(text.get("context_length", 77)),
-            vocab_size=int(text.get("vocab_size", 49408)),
-            quick_gelu=bool(model_cfg.get("quick_gelu", False)),
-        )  # defaults: open_clip's CLIPVisionCfg / CLIPTextCfg
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{sidecar}: model_cfg is incomplete or not numeric ({err})") from err
-    pre = config.get("preprocess_cfg", {})
-    if not isinstance(pre, dict):
-        raise ValueError(f"{sidecar}: preprocess_cfg must be an object")
-    settings = _preprocessing(pre, sidecar, arch.quick_gelu)
-    digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
+    from capeval.clip.open_clip_sidecar import read_sidecar
+
+    arch, settings, digest = read_sidecar(sidecar)
     return OpenClipSource(path, path.parent.name, arch, settings, digest)
-
-
-def _preprocessing(pre: dict, sidecar: Path, quick_gelu: bool) -> PretrainedTag:
-    """open_clip's PreprocessCfg (its defaults: OpenAI mean/std, bicubic, "shortest") as a PretrainedTag."""
-    interpolation = pre.get("interpolation", "bicubic")
-    resize_mode = pre.get("resize_mode", "shortest")
-    if interpolation != "bicubic" or resize_mode not in ("shortest", "squash"):
-        raise ValueError(
-            f"{sidecar}: preprocess_cfg has interpolation={interpolation!r}, resize_mode={resize_mode!r}; capeval "
-            "reproduces bicubic with 'shortest' (resize and centre crop) or 'squash'"
-        )
-    tag = PretrainedTag(resize_mode=resize_mode, quick_gelu=quick_gelu)
-    mean, std = pre.get("mean", tag.mean), pre.get("std", tag.std)
-    ok = all(
-        isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v)
-        for v in (mean, std)
-    )
-    if not ok or min(std) <= 0:
-        raise ValueError(
-            f"{sidecar}: preprocess_cfg mean/std must be three numbers each (std > 0), got {mean}, {std}"
-        )
-    return PretrainedTag(tuple(map(float, mean)), tuple(map(float, std)), resize_mode, quick_gelu)
 
 
 def clip_config(arch: OpenClipArchitecture, vision_mlp: int, text_mlp: int):
@@ -264,10 +196,11 @@ def build_open_clip_model(source: OpenClipSource, what: str):
     from capeval.clip.checkpoints.files import check_finite, read_state_dict
     from capeval.clip.checkpoints.layout import ClipGeometry, convert_openai_state_dict, copy_into
 
-    sd = read_state_dict(source.path)
+    weights = f"weights file {source.path}"
+    sd = read_state_dict(source.path, hint=_TENSORS_ONLY_HINT)
     check_finite(sd.items(), what)
     arch = source.architecture
-    have = ClipGeometry.from_state_dict(sd)
+    have = ClipGeometry.from_state_dict(sd, weights)
     want = ClipGeometry(
         arch.vision_width, arch.vision_layers, arch.patch_size, arch.image_size, arch.text_width,
         arch.text_layers, arch.context_length, arch.vocab_size, arch.embed_dim,
@@ -277,17 +210,14 @@ def build_open_clip_model(source: OpenClipSource, what: str):
             f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "
             f"architecture): {', '.join(have.differences(want))}"
         )
-    fc = [
-        (k, sd[k].shape[0])
-        for k in ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
-    ]
-    missing = [k for k, _ in fc if k not in sd]
+    fc = ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
+    missing = [k for k in fc if k not in sd]
     if missing:
-        raise ValueError(f"{what} lacks {missing}: not an OpenCLIP ViT state dict")
-    config = clip_config(arch, fc[0][1], fc[1][1])
+        raise ValueError(f"{weights} lacks tensors {missing}: not an OpenCLIP ViT state dict")
+    config = clip_config(arch, sd[fc[0]].shape[0], sd[fc[1]].shape[0])
     torch.manual_seed(0)  # every tensor is overwritten below; a fixed seed keeps the build itself repeatable
     model = CLIPModel(config)
-    copy_into(model, convert_openai_state_dict(sd), what, check_base=False)
+    copy_into(model, convert_openai_state_dict(sd, weights), weights, check_base=False)
     return model
 
 

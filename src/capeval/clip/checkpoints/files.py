@@ -57,18 +57,29 @@ _PACS_HINT = (
 
 
 def unpickling_refusal(path: Path, err: pickle.UnpicklingError, hint: str = _PACS_HINT) -> ValueError:
-    """The error for a file that ``torch.load(weights_only=True)`` refused: the globals it would need, named."""
+    """The error for a file that ``torch.load(weights_only=True)`` refused: the globals it would need, named.
+
+    Globals outside torch can run code; torch's own (a pickled ``nn.Module`` or optimiser, the legacy
+    ``torch.save(model)``) are Python objects beyond tensors: both are refusals, not damage. Only a refusal
+    naming no global is a truncated or corrupt file."""
     names = _unsafe_globals(path, str(err))
     if names and not any(n.startswith("torch.") for n in names):
         return ValueError(
             f"refused to load {path}: unpickling it needs {', '.join(names)}, which can run arbitrary code, "
             f"and capeval reads weights with torch.load(weights_only=True); nothing in the file was executed. {hint}"
         )
+    if names:
+        return ValueError(
+            f"{path} holds pickled Python objects beyond tensors ({', '.join(sorted(names)[:6])}): refused (weights_only): "
+            f"capeval reads weights with torch.load(weights_only=True), which builds tensors and plain data only; "
+            f"nothing in the file was executed. {hint}"
+        )
     return ValueError(f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})")
 
 
-def torch_load_weights(path: str | Path):
-    """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong.
+def torch_load_weights(path: str | Path, hint: str = _PACS_HINT):
+    """``torch.load(path, weights_only=True, map_location="cpu")`` with errors that say what went wrong
+    (``hint``: what to do about a refused pickle, for the kind of file expected).
 
     Raises:
         FileNotFoundError: no such file.
@@ -85,16 +96,17 @@ def torch_load_weights(path: str | Path):
                     raise
                 return torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
     except pickle.UnpicklingError as err:
-        raise unpickling_refusal(path, err) from err
+        raise unpickling_refusal(path, err, hint) from err
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as err:
         raise ValueError(
             f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
         ) from err
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | Path, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: ``.safetensors``, or a ``torch.save`` file holding a state dict
-    directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped.
+    directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped. ``hint``: what
+    to do about a refused pickle (the PAC-S one by default).
 
     Raises:
         FileNotFoundError: no such file.
@@ -113,7 +125,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
                 f"{path} is truncated or corrupt: not a readable safetensors file ({err})"
             ) from err
     else:
-        obj = torch_load_weights(path)
+        obj = torch_load_weights(path, hint)
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping) or not obj:
@@ -194,33 +206,64 @@ def check_finite(
     )
 
 
+# Besides its weights, the files of a model folder that decide its numbers: transformers reads configs, processor
+# and tokenizer settings as JSON, vocabularies and merges as text, SentencePiece models as ``.model`` files; capeval
+# reads its provenance record (pacscore.json: the origin that decides the image constants). Files of other kinds
+# (README.md, .gitattributes) are not read by anything that scores.
+_FOLDER_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_SETTINGS_SUFFIXES = (".json", ".txt", ".model")
+
+
+def settings_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` other than weights that may decide a model's numbers (configs, processor and
+    tokenizer files, provenance), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix in _SETTINGS_SUFFIXES and p.is_file())
+
+
 def weights_sha256(folder: Path) -> str:
-    """sha256 over the weight files of a model folder (sorted by name), as a 12-hex-digit tag."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.name.endswith((".safetensors", ".bin")))
-    if not files:
+    """The revision of a model folder: ``files_sha256`` of its weight files and every file that decides its
+    numbers (``settings_files``: config.json, preprocessor_config.json or processor_config.json, the tokenizer's
+    files, pacscore.json...), so editing any of them names another model.
+
+    Raises:
+        ValueError: no weight file, or one of the files is not a regular file.
+    """
+    weights = sorted(p for p in folder.iterdir() if p.name.endswith(_FOLDER_WEIGHT_SUFFIXES))
+    if not weights:
         raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
-    for path in files:
+    for path in weights:
         require_regular_file(path, "weights file")
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(chunk)
+    return files_sha256(weights + settings_files(folder))
+
+
+def files_sha256(paths: Iterable[Path]) -> str:
+    """``sha256:`` and 12 hex digits over each file's name and contents hash (``file_sha256``, cached), in name
+    order: a revision of a set of files that costs one read per file and process until a file changes."""
+    digest = hashlib.sha256()
+    for path in sorted(paths, key=lambda p: p.name):
+        digest.update(f"{path.name}\0{file_sha256(path)}\n".encode())
     return "sha256:" + digest.hexdigest()[:12]
 
 
+# (resolved path, size, mtime_ns, inode) -> hex sha256: a file replaced by another of the same size and time (a
+# rename over it) has another inode.
 _SHA_CACHE: dict[tuple, str] = {}
 
 
 def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file, cached per (path, size, mtime) for the process."""
+    """Hex sha256 of a file, cached per (path, size, mtime_ns, inode) for the process."""
     path = Path(path).resolve()
     require_regular_file(path)
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
     if key not in _SHA_CACHE:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(chunk)
-        _SHA_CACHE[key] = digest.hexdigest()
+        _SHA_CACHE[key] = _read_sha256(path)
     return _SHA_CACHE[key]
+
+
+def _read_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

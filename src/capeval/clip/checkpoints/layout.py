@@ -104,8 +104,9 @@ class ClipGeometry:
         )
 
     @classmethod
-    def from_state_dict(cls, sd: Mapping[str, torch.Tensor]) -> ClipGeometry:
-        """From an OpenAI/OpenCLIP state dict, as ``clip/model.py build_model`` reads it."""
+    def from_state_dict(cls, sd: Mapping[str, torch.Tensor], what: str = "the checkpoint") -> ClipGeometry:
+        """From an OpenAI/OpenCLIP state dict, as ``clip/model.py build_model`` reads it (``what`` names the
+        file in errors)."""
         if any(k.startswith(("visual.layer1.", "visual.attnpool.")) for k in sd):
             raise ValueError(
                 "this is a ResNet CLIP (visual.layer1..., visual.attnpool...): transformers' CLIPModel only "
@@ -116,7 +117,8 @@ class ClipGeometry:
         absent = [k for k in needed if k not in sd]
         if absent:
             raise ValueError(
-                f"not an OpenAI/OpenCLIP CLIP state dict: it lacks {absent}; its first keys are {sorted(sd)[:8]}"
+                f"{what} lacks tensors {absent}: not an OpenAI/OpenCLIP CLIP state dict; its first keys are "
+                f"{sorted(sd)[:8]}"
             )
         conv, grid = sd["visual.conv1.weight"], sd["visual.positional_embedding"].shape[0] - 1
         return cls(
@@ -170,16 +172,22 @@ def base_model_for(geometry: ClipGeometry) -> str:
     )
 
 
-def convert_openai_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def convert_openai_state_dict(
+    sd: Mapping[str, torch.Tensor], what: str = "the checkpoint"
+) -> dict[str, torch.Tensor]:
     """OpenAI/OpenCLIP ViT-CLIP tensors renamed and reshaped into transformers ``CLIPModel`` names.
 
     Fused attention projections ``in_proj_weight`` (3W, W) / ``in_proj_bias`` (3W,) are split into q, k, v
     in that order; ``visual.proj`` and ``text_projection`` (in, out) are transposed into linear weights.
 
+    Args:
+        sd: the tensors, in OpenAI's names.
+        what: the file they come from, as errors name it (``weights file /x/open_clip_model.bin``).
+
     Raises:
         ValueError: a tensor that no rule uses, a block missing one of its tensors, or a bad fused shape.
     """
-    geometry = ClipGeometry.from_state_dict(sd)
+    geometry = ClipGeometry.from_state_dict(sd, what)
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set(METADATA_KEYS & set(sd))
     missing: list[str] = []
@@ -208,7 +216,7 @@ def convert_openai_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str, torch
                     continue
                 if fused.shape[0] != 3 * width:
                     raise ValueError(
-                        f"{s}attn.in_proj_{part} has shape {tuple(fused.shape)}, expected 3 x {width} rows"
+                        f"{what}: {s}attn.in_proj_{part} has shape {tuple(fused.shape)}, expected 3 x {width} rows"
                     )
                 for name, chunk in zip(("q", "k", "v"), fused.chunk(3, dim=0), strict=True):
                     out[f"{d}self_attn.{name}_proj.{part}"] = chunk
@@ -218,13 +226,11 @@ def convert_openai_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str, torch
                     if t is not None:
                         out[f"{d}{dst_name}.{part}"] = t
     if missing:
-        raise ValueError(
-            f"the checkpoint lacks {len(missing)} tensor(s) of its own architecture: {missing[:6]}"
-        )
+        raise ValueError(f"{what} lacks {len(missing)} tensor(s) of its own architecture: {missing[:6]}")
     unused = sorted(set(sd) - used)
     if unused:
         raise ValueError(
-            f"the checkpoint has {len(unused)} tensor(s) that map to nothing in transformers' CLIPModel "
+            f"{what} has {len(unused)} unexpected tensor(s), which map to nothing in transformers' CLIPModel "
             f"(another architecture or variant?): {unused[:6]}"
         )
     return out
@@ -242,7 +248,7 @@ def check_architecture(sd: Mapping[str, torch.Tensor], config, what: str = "the 
     """
     if is_transformers_layout(sd):
         return
-    have = ClipGeometry.from_state_dict(sd)
+    have = ClipGeometry.from_state_dict(sd, what)
     want = ClipGeometry.from_config(config)
     if have != want:
         suggestion = f": pass model={PACS_BASE_MODELS[have.name]!r}" if have.name in PACS_BASE_MODELS else ""

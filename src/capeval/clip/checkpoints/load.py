@@ -51,8 +51,8 @@ def checkpoint_tensors(resolved: ResolvedCheckpoint, config) -> dict[str, torch.
         return sd
     sd = read_state_dict(resolved.path)
     check_finite(sd.items(), where)
-    check_architecture(sd, config, what)
-    return dict(sd) if is_transformers_layout(sd) else convert_openai_state_dict(sd)
+    check_architecture(sd, config, where)
+    return dict(sd) if is_transformers_layout(sd) else convert_openai_state_dict(sd, where)
 
 
 def load_checkpoint_into(clip_model, checkpoint: str | os.PathLike) -> str:
@@ -85,4 +85,4 @@ def checkpoint_geometry(resolved: ResolvedCheckpoint) -> ClipGeometry:
         raise ValueError(
             f"checkpoint {resolved.spec!r} is in transformers' names: pass model= to give its config"
         )
-    return ClipGeometry.from_state_dict(sd)
+    return ClipGeometry.from_state_dict(sd, f"checkpoint {resolved.spec!r}")

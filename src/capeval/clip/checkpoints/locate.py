@@ -13,6 +13,7 @@ _STATE_DICT_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".safetensors")
 _HUB_MODEL_FILES = ("config.json", "model.safetensors")
 _HUB_OPTIONAL_FILES = (
     "preprocessor_config.json",
+    "processor_config.json",  # where transformers 5 saves the image settings instead
     "tokenizer.json",
     "tokenizer_config.json",
     "vocab.json",
