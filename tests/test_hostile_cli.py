@@ -46,6 +46,10 @@ def _item12_args(root, *extra: str) -> list[str]:
         (["--w", "inf"], r"argument --w: w must be a positive number \(finite, > 0\), got inf"),
         (["--w", "-1"], r"argument --w: w must be a positive number \(finite, > 0\), got -1.0"),
         (["--w", "0"], r"argument --w: w must be a positive number \(finite, > 0\), got 0.0"),
+        (
+            ["--w", "1e308"],
+            r"argument --w: w must be at most 1e\+06 \(capeval.validation.MAX_W\), got 1e\+308",
+        ),
         (["--batch-size", "0"], "argument --batch-size: batch_size must be >= 1, got 0"),
         (["--batch-size", "64.5"], "argument --batch-size: invalid literal for int"),
         (
