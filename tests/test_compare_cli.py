@@ -172,3 +172,19 @@ def test_a_hostile_score_file_is_one_line_naming_it(two_systems, capsys, content
     assert err.startswith(f"capeval: error: score file {root / 'bad.json'}")
     assert re.search(message, err), err
     assert len(err.strip().splitlines()) == 1
+
+
+# --- Scores too large to sum ---
+
+
+def test_finite_scores_of_1e308_are_refused_naming_the_file_metric_and_image(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", {"im0": {"CLIPScore": 0.5}, "im1": {"CLIPScore": 1e308}})
+    b = _write(tmp_path / "b.json", {"im0": {"CLIPScore": 0.4}, "im1": {"CLIPScore": -1e308}})
+    assert main(["compare", a, b]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        f"capeval: error: CLIPScore: {a!r} score at item 'im1' is 1e+308, beyond +-1e+100 "
+        "(capeval.bench.significance.MAX_ABS_SCORE): its sums and squares could overflow float64; "
+        "rescale the scores to compare them"
+    )
+    assert "p = " not in captured.out

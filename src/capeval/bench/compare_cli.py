@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, compare
+from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
 from capeval.json_files import read_json_file
 
 # Metrics whose corpus score (pycocoevalcap's) is not the mean of their per-image scores: the test compares
@@ -135,9 +135,12 @@ def compare_command(args: argparse.Namespace) -> int:
     metrics = choose_metrics(_columns(rows_a, args.a_json), _columns(rows_b, args.b_json), args.metric)
     results = []
     for column_a, column_b in metrics:
+        a, b = [rows_a[i][column_a] for i in ids], [rows_b[i][column_b] for i in ids]
+        # Checked here too, to name the files and the image ids rather than the systems and indices.
+        check_magnitudes(a, b, (args.a_json, args.b_json), items=ids, metric=column_a or None)
         result = compare(
-            [rows_a[i][column_a] for i in ids],
-            [rows_b[i][column_b] for i in ids],
+            a,
+            b,
             method=args.method,
             n_resamples=args.n_resamples,
             confidence=args.confidence,
