@@ -18,7 +18,7 @@ REPO = PACKAGE.parents[1]
 
 # The modules directly under capeval/ that hold the metrics, their maths and what every metric shares.
 METRIC_MODULES = {"clipscore", "pacscore", "emscore", "emscore_matching", "wmd", "wembsim", "scores"}
-METRIC_MODULES |= {"signature", "validation", "registry"}
+METRIC_MODULES |= {"signature", "validation", "registry", "json_files"}
 # Which wings each wing may import (its own included). Lower wings never import higher ones.
 MAY_IMPORT = {
     "clip": {"clip"},

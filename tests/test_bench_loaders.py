@@ -442,3 +442,26 @@ def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
 def test_reference_reader_points_thumb_segment_files_to_load_thumb():
     with pytest.raises(ValueError, match=r"got \['refs', 'seg_id', 'set_id'\].*load_thumb"):
         read_references(FIX / "thumb" / "mscoco_references.json")
+
+
+# --- JSON files: duplicate keys, nesting, encodings ---
+
+
+def test_benchmark_reference_files_refuse_a_repeated_key_in_a_document_and_in_a_json_lines_row(tmp_path):
+    coco = tmp_path / "captions_val2014.json"
+    coco.write_text('{"images": [],\n "annotations": [{"image_id": 42, "caption": "a", "caption": "b"}]}')
+    with pytest.raises(ValueError, match=r'captions_val2014.json: key "caption" appears twice in one object'):
+        read_references(coco)
+    lines = tmp_path / "refs.jsonl"
+    lines.write_text('{"image": "1.jpg", "refs": ["x"]}\n{"image": "2.jpg", "refs": ["y"], "refs": ["z"]}\n')
+    with pytest.raises(ValueError, match=rf'{lines}:2: key "refs" appears twice in one object'):
+        read_references(lines)
+
+
+def test_a_utf16_benchmark_references_file_is_named_as_utf16(tmp_path):
+    path = tmp_path / "dataset_coco.json"
+    path.write_bytes(
+        json.dumps({"images": [{"filename": "1.jpg", "sentences": [{"raw": "A pizza."}]}]}).encode("utf-16")
+    )
+    with pytest.raises(ValueError, match=r"dataset_coco.json is UTF-16 \(little-endian\) text"):
+        read_references(path)

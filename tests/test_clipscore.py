@@ -14,6 +14,7 @@ from PIL import Image
 import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.scores import harmonic_mean, ref_clip_s
+from capeval.validation import MAX_W
 
 CAPTIONS = [
     "a red circle on the left",
@@ -296,3 +297,33 @@ def test_signature_names_model_revision_options_and_versions(tiny_clip_dir):
     assert fields["model"].startswith(str(tiny_clip_dir) + "@sha256:")
     assert fields["prefix"] == "A photo depicts" and fields["w"] == "2.5" and fields["dtype"] == "float32"
     assert {"capeval", "transformers", "torch"} <= set(fields)
+
+
+# --- Options: the bound on the rescaling weight ---
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: capeval.CLIPScore(model="no/such-model", w=w),
+        lambda w: capeval.RefCLIPScore(model="no/such-model", w=w),
+        lambda w: capeval.PACScore(checkpoint="no-such-weights.pth", w=w),
+    ],
+    ids=["clipscore", "refclipscore", "pacscore"],
+)
+def test_w_above_max_w_is_refused_before_any_model_is_read(make):
+    with pytest.raises(
+        ValueError, match=r"w must be at most 1e\+06 \(capeval.validation.MAX_W\), got 1e\+308"
+    ):
+        make(1e308)
+
+
+def test_w_at_max_w_gives_finite_scores_scaled_from_the_default(tiny_clip_dir):
+    images = _images(3)
+    default = capeval.CLIPScore(model=str(tiny_clip_dir))(CAPTIONS[:3], images=images)
+    largest = capeval.RefCLIPScore(model=str(tiny_clip_dir), w=MAX_W)(
+        CAPTIONS[:3], references=_refs()[:3], images=images
+    )
+    assert np.isfinite(largest["scores"]).all() and math.isfinite(largest["refclipscore"])
+    expected = np.array(default["scores"]) * (MAX_W / 2.5)
+    assert np.array(largest["clip_s_scores"]) == pytest.approx(expected, rel=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -138,3 +139,52 @@ def test_bad_resample_counts_are_refused_before_any_work(two_systems, capsys):
     with pytest.raises(SystemExit):
         main(["compare", path_a, path_b, "--n-resamples", "0"])
     assert "n_resamples must be >= 1" in capsys.readouterr().err
+
+
+# --- JSON files: duplicate keys, nesting, encodings ---
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b'{\n "im0": {"CLIPScore": 0.1},\n "im1": {"CLIPScore": 0.2},\n "im0": {"CLIPScore": 0.9}\n}',
+            r'key "im0" appears twice in one object \(lines 2 and 4\)',
+        ),
+        (b'{"im0": {"CLIPScore": 0.1, "CLIPScore": 0.9}}', r'key "CLIPScore" appears twice in one object'),
+        (
+            b'{"im0": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            r"nests arrays and objects more than 100 levels",
+        ),
+        ('{"im0": 0.1, "im1": 0.2}'.encode("utf-16"), r"is UTF-16 \(little-endian\) text"),
+        (
+            b'{"im0": ' + b"7" * 5000 + b"}",
+            r"bad.json has a number of 5000 digits, more than Python converts",
+        ),
+    ],
+    ids=["repeated image", "repeated metric", "nested 100,000 deep", "UTF-16", "5,000-digit score"],
+)
+def test_a_hostile_score_file_is_one_line_naming_it(two_systems, capsys, content, message):
+    path_a, _, root = two_systems
+    (root / "bad.json").write_bytes(content)
+    assert main(["compare", path_a, str(root / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"capeval: error: score file {root / 'bad.json'}")
+    assert re.search(message, err), err
+    assert len(err.strip().splitlines()) == 1
+
+
+# --- Scores too large to sum ---
+
+
+def test_finite_scores_of_1e308_are_refused_naming_the_file_metric_and_image(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", {"im0": {"CLIPScore": 0.5}, "im1": {"CLIPScore": 1e308}})
+    b = _write(tmp_path / "b.json", {"im0": {"CLIPScore": 0.4}, "im1": {"CLIPScore": -1e308}})
+    assert main(["compare", a, b]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        f"capeval: error: CLIPScore: {a!r} score at item 'im1' is 1e+308, beyond +-1e+100 "
+        "(capeval.bench.significance.MAX_ABS_SCORE): its sums and squares could overflow float64; "
+        "rescale the scores to compare them"
+    )
+    assert "p = " not in captured.out

@@ -280,3 +280,27 @@ def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path):
         for p in procs:
             p.join(timeout=120)
         assert [p.exitcode for p in procs] == [0, 0, 0, 0], f"attempt {attempt}"
+
+
+# --- JSON files: duplicate keys, nesting, encodings ---
+
+
+def test_jsonl_rows_with_a_repeated_key_other_bytes_or_deep_nesting_are_error_rows_naming_the_line(tmp_path):
+    from capeval.corpus.sources import JsonlSource
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(
+        b'{"image": "a.png", "caption": "a dog"}\n'
+        b'{"image": "b.png", "caption": "a cat", "caption": "a hen"}\n'
+        b'{"image": "c.png", "caption": "caf\xe9"}\n'
+        b'{"image": "d.png", "caption": "x", "references": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    )
+    ((_, rows, _),) = list(JsonlSource([path]).parts(10, lambda part, count: True))
+    assert rows[0][1]["caption"] == "a dog"
+    assert [row.get("__error__") for _, row in rows[1:]] == [
+        'corpus.jsonl line 2: key "caption" appears twice in one object (columns 20 and 40); '
+        "each key may appear once",
+        "corpus.jsonl line 3 is not UTF-8 text: byte 0xe9 (invalid continuation byte); save it as UTF-8",
+        "corpus.jsonl line 4 nests arrays and objects more than 100 levels deep; capeval reads at most "
+        "MAX_JSON_DEPTH = 100 (its layouts nest 5)",
+    ]

@@ -224,6 +224,10 @@ def test_loading_refuses_an_option_the_module_lacks_and_a_bad_value_by_name(repo
         evaluate.load(path, vectors="glove-6b-50d")
     with pytest.raises(ValueError, match=r"w must be a positive number \(finite, > 0\)"):
         evaluate.load(path, w=math.nan)
+    with pytest.raises(
+        ValueError, match=r"w must be at most 1e\+06 \(capeval.validation.MAX_W\), got 1e\+308"
+    ):
+        evaluate.load(path, w=1e308)
     with pytest.raises(TypeError, match="batch_size must be an int >= 1, got str"):
         capeval.load("emscore", batch_size="8")
 

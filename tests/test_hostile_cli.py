@@ -46,6 +46,10 @@ def _item12_args(root, *extra: str) -> list[str]:
         (["--w", "inf"], r"argument --w: w must be a positive number \(finite, > 0\), got inf"),
         (["--w", "-1"], r"argument --w: w must be a positive number \(finite, > 0\), got -1.0"),
         (["--w", "0"], r"argument --w: w must be a positive number \(finite, > 0\), got 0.0"),
+        (
+            ["--w", "1e308"],
+            r"argument --w: w must be at most 1e\+06 \(capeval.validation.MAX_W\), got 1e\+308",
+        ),
         (["--batch-size", "0"], "argument --batch-size: batch_size must be >= 1, got 0"),
         (["--batch-size", "64.5"], "argument --batch-size: invalid literal for int"),
         (
@@ -142,3 +146,51 @@ def test_references_given_as_a_string_are_refused_naming_the_id(item12_example, 
                 "--references-json", str(item12_example / "refs.json"), "--model", str(tiny_clip_dir),
             ]
         )  # fmt: skip
+
+
+# --- JSON files: duplicate keys, nesting, encodings ---
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b'{"im0": "a dark square",\n "im1": "a grey square",\n "im1": "a white square"}',
+            r'cands.json: key "im1" appears twice in one object \(lines 2 and 3\)',
+        ),
+        (
+            b'{"im0": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            r"cands.json nests arrays and objects more than 100 levels deep; capeval reads at most MAX_JSON_DEPTH = 100",
+        ),
+        (
+            '{"im0": "a dark square", "im1": "a grey square"}'.encode("utf-16"),
+            r"cands.json is UTF-16 \(little-endian\) text \(it starts with that byte-order mark\), not UTF-8",
+        ),
+        (
+            b'[{"image_id": ' + b"1" * 5000 + b', "caption": "a dark square"}]',
+            r"cands.json has a number of 5000 digits, more than Python converts",
+        ),
+    ],
+    ids=["repeated key", "nested 100,000 deep", "UTF-16", "5,000-digit id"],
+)
+def test_a_hostile_candidates_file_ends_the_command_with_one_line_naming_it(item12_example, content, message):
+    (item12_example / "cands.json").write_bytes(content)
+    with pytest.raises(SystemExit) as exited:
+        main(_item12_args(item12_example))
+    text = str(exited.value.code)
+    assert text.startswith(f"capeval: candidates file {item12_example / 'cands.json'}")
+    assert re.search(message, text), text
+    assert "\n" not in text
+
+
+def test_a_references_file_nested_100000_deep_is_one_line_from_the_console(item12_example):
+    (item12_example / "refs.json").write_text('{"im0": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    command = [*_item12_args(item12_example), "--references-json", str(item12_example / "refs.json")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "capeval.cli", *command], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"capeval: references file {item12_example / 'refs.json'} nests arrays and objects more than 100 levels "
+        "deep; capeval reads at most MAX_JSON_DEPTH = 100 (its layouts nest 5)"
+    ]

@@ -19,6 +19,7 @@ import pytest
 from evaluate.loading import CachedEvaluationModuleFactory, files_to_hash
 
 import capeval
+from capeval.cli import main
 from capeval.integrations.evaluate_modules import module_path
 from capeval.integrations.module_cache import install_modules
 from capeval.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
@@ -168,3 +169,50 @@ def test_unknown_metric_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match=r"unknown metric\(s\) \['bleu'\]"):
         install_modules(["clipscore", "bleu"], tmp_path / "modules")
     assert not (tmp_path / "modules").exists()
+
+
+# --- A module cache that cannot be a folder ---
+
+
+def test_hf_modules_cache_at_a_dangling_link_is_one_line_naming_the_link_and_its_target(tmp_path):
+    link, target = tmp_path / "modules", tmp_path / "unmounted" / "modules"
+    link.symlink_to(target)
+    env = child_env("offline", None, link, tmp_path / "home")
+    proc = subprocess.run(
+        [sys.executable, "-m", "capeval.cli", "install-modules"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"capeval: error: evaluate's module cache {link}: {link} is a symbolic link to {target}, which does not "
+        "exist (or is a loop of links); create its target folder, or set HF_MODULES_CACHE (or --modules-cache) "
+        "to a folder"
+    ]
+    assert not (tmp_path / "unmounted").exists()  # the link's target is not created behind the user's back
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda root: (root / "link").symlink_to(root / "gone"),
+            "{root}/link is a symbolic link to {root}/gone",
+        ),
+        (lambda root: (root / "link").write_text("a file"), "{root}/link is a file, not a folder"),
+    ],
+    ids=["under a dangling link", "under a file"],
+)
+def test_a_module_cache_below_a_dangling_link_or_a_file_is_refused_before_anything_is_written(
+    tmp_path, capsys, make, message
+):
+    make(tmp_path)
+    cache = tmp_path / "link" / "modules"
+    assert main(["install-modules", "--modules-cache", str(cache)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"capeval: error: evaluate's module cache {cache}: {message.format(root=tmp_path)}")
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link"]

@@ -143,3 +143,72 @@ def test_system_names_are_file_stems_unless_two_stems_are_the_same():
     assert system_names(["a/res.json", "b/res.json"]) == ["a/res.json", "b/res.json"]
     with pytest.raises(InputFileError, match="given twice"):
         system_names(["a.json", "a.json"])
+
+
+# --- JSON files: duplicate keys, nesting, encodings ---
+
+
+def test_an_image_id_written_twice_in_a_candidates_object_is_refused_naming_it_and_its_lines(tmp_path):
+    path = tmp_path / "cands.json"
+    path.write_text('{\n  "im0": "a dog",\n  "im1": "a cat",\n  "im2": "a cow",\n\n\n  "im1": "a hen"\n}\n')
+    with pytest.raises(
+        InputFileError, match=r'cands.json: key "im1" appears twice in one object \(lines 3 and 7\)'
+    ):
+        read_caption_files([path])
+
+
+def _with_a_repeated_key(path, old: str, new: str):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("layout", "read", "key"),
+    [
+        ("results", lambda p: read_caption_files([p]), "caption"),
+        ("annotations", read_references, "image_id"),
+        ("karpathy", read_references, "raw"),
+        ("authors", read_references, "42"),
+    ],
+)
+def test_a_key_written_twice_is_refused_in_every_layout(tmp_path, layout, read, key):
+    path = tmp_path / f"{layout}.json"
+    if layout == "results":
+        _with_a_repeated_key(
+            write_coco_results(path, CAPTIONS), '"caption": "a bowl', '"caption": "x", "caption": "a bowl'
+        )
+    elif layout == "annotations":
+        _with_a_repeated_key(
+            write_coco_annotations(path, REFERENCES), '"image_id": 42', '"image_id": 7, "image_id": 42'
+        )
+    elif layout == "karpathy":
+        _with_a_repeated_key(write_karpathy(path, REFERENCES), '"raw": ', '"raw": "x", "raw": ')
+    else:
+        path.write_text('{"42": ["fruit in a bowl"],\n "391895": ["a man"],\n "42": ["apples"]}')
+    with pytest.raises(InputFileError, match=rf'{layout}.json: key "{key}" appears twice in one object'):
+        read(path)
+
+
+def test_references_nested_a_hundred_thousand_deep_are_refused_by_name(tmp_path):
+    path = tmp_path / "refs.json"
+    path.write_text('{"42": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(InputFileError, match=r"refs.json nests arrays and objects more than 100 levels deep"):
+        read_references(path)
+
+
+def test_coco_annotations_saved_as_utf16_are_named_as_utf16(coco):
+    path = coco / "captions_val2014.json"
+    path.write_bytes(path.read_text().encode("utf-16"))
+    with pytest.raises(
+        InputFileError, match=r"captions_val2014.json is UTF-16 \(little-endian\) text .*not UTF-8"
+    ):
+        read_references(path)
+
+
+def test_a_results_image_id_of_5000_digits_is_refused_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('[\n{"image_id": ' + "9" * 5000 + ', "caption": "a dog"}\n]')
+    with pytest.raises(InputFileError, match=r"results.json has a number of 5000 digits at line 2"):
+        read_caption_files([path])

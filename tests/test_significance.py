@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats
 
 import capeval
-from capeval.bench.significance import Comparison, compare, compare_many, holm
+from capeval.bench.significance import MAX_ABS_SCORE, Comparison, compare, compare_many, holm
 
 # Hand-worked example: differences d = a - b = (0.1, 0.2, 0.3, -0.2), observed mean 0.1, |sum| = 0.4.
 # Swapping the systems on an item flips the sign of its d. The 16 sign assignments of (0.1, 0.2, 0.3, 0.2)
@@ -273,3 +274,27 @@ def test_compare_many_tests_each_system_against_the_baseline_with_optional_holm(
     assert "Holm-adjusted p = " in str(corrected["same"])
     with pytest.raises(ValueError, match="correction must be one of none, holm"):
         compare_many(baseline, systems, correction="bonferroni")
+
+
+# --- Scores too large to sum ---
+
+
+@pytest.mark.parametrize("method", ["permutation", "bootstrap"])
+def test_finite_scores_of_1e308_are_refused_not_given_p_zero(method):
+    with pytest.raises(
+        ValueError, match=r"'b' score at index 0 is -1e\+308, beyond \+-1e\+100 \(capeval.bench"
+    ):
+        compare([0.5, 0.7], [-1e308, -1e308], method=method)
+
+
+def test_scores_at_the_bound_give_finite_means_intervals_and_p_values_without_warnings():
+    a = [MAX_ABS_SCORE, -MAX_ABS_SCORE, MAX_ABS_SCORE, 0.0, MAX_ABS_SCORE]
+    b = [-MAX_ABS_SCORE, MAX_ABS_SCORE, -MAX_ABS_SCORE, MAX_ABS_SCORE, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for method in ("permutation", "bootstrap"):
+            result = compare(a, b, method=method, n_resamples=2000)
+            assert np.isfinite(
+                [result.mean_a, result.mean_b, result.delta, result.ci_low, result.ci_high]
+            ).all()
+            assert 0 < result.p_value <= 1

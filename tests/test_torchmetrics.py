@@ -233,6 +233,8 @@ def test_bad_options_are_refused_when_the_metric_is_made():
 
     with pytest.raises(ValueError, match="w must be"):
         tm.CLIPScore(model="no/such-model", w=float("nan"))
+    with pytest.raises(ValueError, match=r"w must be at most 1e\+06 \(capeval.validation.MAX_W\)"):
+        tm.CLIPScore(model="no/such-model", w=1e308)
     with pytest.raises(ValueError, match="batch_size"):
         tm.RefCLIPScore(model="no/such-model", batch_size=0)
     with pytest.raises(ValueError, match="PAC-S"):

@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     from capeval import __version__
     from capeval.clip.backbones import DEFAULT_MODEL
     from capeval.clip.batching import BATCH_SIZE
-    from capeval.validation import check_count, check_positive_number, cli_type
+    from capeval.validation import MAX_W, check_count, check_weight, cli_type
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
@@ -252,9 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score.add_argument(
         "--w",
-        type=cli_type("w", float, check_positive_number),
+        type=cli_type("w", float, check_weight),
         default=None,
-        help="rescaling weight, a finite number > 0 (default 2.5; PAC-S 2.0)",
+        help=f"rescaling weight, a number > 0 and <= {MAX_W:g} (default 2.5; PAC-S 2.0)",
     )
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
     from capeval.corpus.cli import add_corpus_arguments

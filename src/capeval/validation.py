@@ -181,7 +181,7 @@ def warn_empty(kind: str, indices: Iterable, consequence: str, texts: Sequence[s
 
 
 def check_positive_number(name: str, value) -> float:
-    """A finite real number > 0 (``w``, ``sigma``): NaN and inf would make every score NaN or 0, and a weight
+    """A finite real number > 0 (``sigma``; ``w`` through :func:`check_weight`): NaN and inf would make every score NaN or 0, and a weight
     of 0 or below erases or inverts the ranking the metric exists to give.
 
     Raises:
@@ -193,6 +193,28 @@ def check_positive_number(name: str, value) -> float:
     number = float(value)
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a positive number (finite, > 0), got {number}")
+    return number
+
+
+# The largest rescaling weight ``w``: the authors use 2.5 (CLIP-S) and 2.0 (PAC-S), and w only stretches the scale,
+# while the scores are float32 (inf past 3.4e38) and their sums float64; 1e6 is far above any use and keeps every
+# score, sum and difference finite.
+MAX_W = 1e6
+
+
+def check_weight(name: str, value) -> float:
+    """The rescaling weight ``w``: a positive number (:func:`check_positive_number`) no larger than :data:`MAX_W`.
+
+    Raises:
+        TypeError: not a real number.
+        ValueError: NaN, inf, 0, negative, or above ``MAX_W``.
+    """
+    number = check_positive_number(name, value)
+    if number > MAX_W:
+        raise ValueError(
+            f"{name} must be at most {MAX_W:g} (capeval.validation.MAX_W), got {number:g}: "
+            "a larger weight makes float32 scores inf"
+        )
     return number
 
 
@@ -308,7 +330,7 @@ _OPTION_RULES: dict[str, Callable] = {
     "num_workers": lambda v: check_count("num_workers", v, optional=True),
     "num_frames": _check_num_frames,
     "prefix": check_prefix,
-    "w": lambda v: check_positive_number("w", v),
+    "w": lambda v: check_weight("w", v),
     "sigma": lambda v: check_positive_number("sigma", v),
     "progress": lambda v: check_flag("progress", v, optional=True),
     "clip_reference_cosine": lambda v: check_flag("clip_reference_cosine", v),
@@ -327,7 +349,7 @@ def check_options(**options) -> dict:
 
     Raises:
         TypeError: an option of the wrong type (named, with the value).
-        ValueError: an option out of range: ``w=nan``, ``batch_size=0``, ``device="meta"``, a ``|`` in ``prefix``.
+        ValueError: an option out of range: ``w=nan``, ``w=1e308``, ``batch_size=0``, ``device="meta"``, a ``|`` in ``prefix``.
         KeyError: an option this module has no rule for (a programming error in the caller).
     """
     return {name: _OPTION_RULES[name](value) for name, value in options.items()}

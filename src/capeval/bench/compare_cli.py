@@ -15,7 +15,8 @@ import re
 import sys
 from pathlib import Path
 
-from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, compare
+from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
+from capeval.json_files import read_json_file
 
 # Metrics whose corpus score (pycocoevalcap's) is not the mean of their per-image scores: the test compares
 # the means of the per-image scores, not those corpus scores.
@@ -34,17 +35,11 @@ def read_per_instance(path: str) -> dict[str, dict[str, float]]:
     """``{image_id: {column: score}}`` of a per-image score file (bare numbers become one unnamed column).
 
     Raises:
-        SystemExit: the file is missing or not JSON.
-        ValueError: not an object of image ids, or an image's entry is neither a number nor an object of
-            numbers (named by id and column).
+        ValueError: the file is missing or not JSON (any refusal of :func:`capeval.json_files.read_json_file`:
+            a key written twice, not UTF-8, ...), not an object of image ids, or an image's entry is neither a
+            number nor an object of numbers (named by id and column).
     """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError as err:
-        raise SystemExit(f"capeval: score file not found: {path}") from err
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"capeval: score file {path} is not valid JSON: {err}") from err
+    data = read_json_file(path, "score")
     if not isinstance(data, dict) or not data:
         raise ValueError(
             f"{path}: expected the per-image scores of `capeval score --save-per-instance`, "
@@ -140,9 +135,12 @@ def compare_command(args: argparse.Namespace) -> int:
     metrics = choose_metrics(_columns(rows_a, args.a_json), _columns(rows_b, args.b_json), args.metric)
     results = []
     for column_a, column_b in metrics:
+        a, b = [rows_a[i][column_a] for i in ids], [rows_b[i][column_b] for i in ids]
+        # Checked here too, to name the files and the image ids rather than the systems and indices.
+        check_magnitudes(a, b, (args.a_json, args.b_json), items=ids, metric=column_a or None)
         result = compare(
-            [rows_a[i][column_a] for i in ids],
-            [rows_b[i][column_b] for i in ids],
+            a,
+            b,
             method=args.method,
             n_resamples=args.n_resamples,
             confidence=args.confidence,

@@ -15,7 +15,6 @@ has each judged caption removed from its image's references).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -32,6 +31,7 @@ from capeval.bench._common import (
     report_skipped,
 )
 from capeval.bench.references import image_key, read_token_file
+from capeval.json_files import read_json_file
 
 _WHERE = (
     "Flickr8k_text.zip (Hodosh et al. 2013) holds ExpertAnnotations.txt, CrowdFlowerAnnotations.txt and "
@@ -193,8 +193,7 @@ def load_clipscore_json(
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"CLIPScore-layout JSON not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(path, "CLIPScore-layout JSON")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object {{id: {{image_path, ground_truth, human_judgement}}}}")
     rows, skipped = [], []

@@ -8,7 +8,6 @@ public FOIL evaluation scripts; the protocol keeps the first one ("1 reference")
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +23,7 @@ from capeval.bench._common import (
     report_skipped,
 )
 from capeval.bench.references import image_key, read_references
+from capeval.json_files import read_json_file
 
 
 def load_foil(
@@ -50,8 +50,7 @@ def load_foil(
     if not coco.is_file():
         raise FileNotFoundError(f"FOIL needs the COCO captions for its references: {coco} not found")
     refs_by_image = read_references(coco)
-    with open(file, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(file, "FOIL")
     names = {
         img["id"]: img.get("file_name", f"COCO_val2014_{int(img['id']):012d}.jpg") for img in data["images"]
     }

@@ -22,7 +22,6 @@ not in those files; pass them as ``votes=`` (see :func:`load_abstract50s`).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -39,6 +38,7 @@ from capeval.bench._common import (
     optional_file,
 )
 from capeval.bench.references import image_key
+from capeval.json_files import read_json_file
 
 PASCAL_CATEGORIES = {1: "HC", 2: "HI", 3: "HM", 4: "MM"}
 TIE_SEED = 42  # fixed seed for breaking consensus ties, as in the public Pascal-50S loaders
@@ -128,8 +128,7 @@ def _read_pascal_refs(path: Path) -> dict[str, list[str]]:
 
 
 def _read_labels_json(path: Path) -> dict[tuple, list[tuple[str, int, list[str]]]]:
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(path, "Pascal-50S labels")
     index: dict[tuple, list] = defaultdict(list)
     for cat, entries in data.items():
         for e in entries:
@@ -244,8 +243,7 @@ def load_pascal50s_json(
     The references are the file's fixed draw of five; ``votes`` is empty (the file keeps only the label).
     """
     file = find_file(path, ("pascal_50s_consensus_labels.json", "pascal_50s.json"), "Pascal-50S JSON", _WHERE)
-    with open(file, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(file, "Pascal-50S JSON")
     rows = []
     for cat in ("HC", "HI", "HM", "MM"):
         for k, e in enumerate(data.get(cat, [])):
@@ -268,8 +266,7 @@ def load_pascal50s_json(
 
 
 def _read_caption_list(path: Path) -> list[tuple[str, str]]:
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(path, "Abstract-50S captions")
     return [(e["image_id"], normalize_caption(e["caption"])) for e in data]
 
 
@@ -279,8 +276,7 @@ def _read_votes(path: Path, n: int) -> list[list[int] | int]:
     if path.suffix == ".mat":
         _, votes = read_consensus_triplets(path, n)
         return votes
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(path, "Abstract-50S votes")
     if len(data) != n:
         raise ValueError(f"{path}: {len(data)} vote entries for {n} candidate pairs")
     out = []

@@ -21,6 +21,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from capeval.json_files import parse_json, read_json_file
+
 
 def image_key(name: str | int) -> str:
     """File stem of an image name or path: ``a/b/123_x.jpg`` -> ``123_x``."""
@@ -46,7 +48,8 @@ def read_token_file(path: str | os.PathLike) -> tuple[dict[str, list[str]], dict
 
 def is_json_lines(path: str | os.PathLike) -> bool:
     """True when the file holds one JSON value per line rather than one JSON document (checked on content)."""
-    with open(path, encoding="utf-8") as f:
+    # Sniffed leniently: a file that is not UTF-8 is refused by name by the reader it goes on to.
+    with open(path, encoding="utf-8", errors="replace") as f:
         lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
     if len(lines) < 2:
         return Path(path).suffix == ".jsonl"
@@ -60,14 +63,11 @@ def is_json_lines(path: str | os.PathLike) -> bool:
 def read_json_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
     """``[(line number, object)]`` of a JSON-lines file; a line that is not a JSON object is an error naming it."""
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg}): {line[:60]!r}") from None
+            rec = parse_json(line, f"{path}:{n}")
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
             out.append((n, rec))
@@ -97,8 +97,7 @@ def read_references(path: str | os.PathLike) -> dict[str, list[str]]:
                 )
             out[image_key(img)] = [str(r) for r in refs]
         return out
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(path, "references")
     if isinstance(data, dict) and "annotations" in data:
         files = {img["id"]: img.get("file_name") for img in data.get("images", [])}
         out = defaultdict(list)

@@ -41,6 +41,10 @@ METHODS = ("permutation", "bootstrap")
 CORRECTIONS = ("none", "holm")
 N_RESAMPLES = 10_000  # sacreBLEU's default number of approximate-randomisation trials (significance.py)
 CONFIDENCE = 0.95
+# The largest score a test takes, in size: means, differences, resampled sums and the squares scipy's bootstrap
+# takes for its standard error stay far from float64's 1.8e308 (at 1e308, the means were inf and the p-value 0),
+# and no metric comes near it (capeval's are bounded by validation.MAX_W).
+MAX_ABS_SCORE = 1e100
 # Elements (resamples x items) scipy holds at once: bounds memory (~32 MB of indices) on large corpora.
 _BATCH_ELEMENTS = 2**22
 # scipy.stats.permutation_test's tolerance for values that are equal in exact arithmetic.
@@ -143,6 +147,32 @@ def _as_scores(scores: Scores, name: str) -> np.ndarray:
             "a paired test needs a finite score for every item"
         )
     return values
+
+
+def check_magnitudes(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    names: tuple[str, str],
+    items: Sequence | None = None,
+    metric: str | None = None,
+) -> None:
+    """Refuse finite scores beyond ``MAX_ABS_SCORE``, whose sums, differences or squares could overflow float64.
+
+    Raises:
+        ValueError: naming the metric, the system, the item (its id from ``items``, else its index) and the value.
+    """
+    for name, values in zip(names, (a, b), strict=True):
+        values = np.asarray(values, dtype=np.float64)
+        big = np.flatnonzero(~(np.abs(values) <= MAX_ABS_SCORE))
+        if big.size:
+            i = int(big[0])
+            item = f"item {items[i]!r}" if items is not None else f"index {i}"
+            head = f"{metric}: " if metric else ""
+            raise ValueError(
+                f"{head}{name!r} score at {item} is {values[i]:g}, beyond +-{MAX_ABS_SCORE:g} "
+                "(capeval.bench.significance.MAX_ABS_SCORE): its sums and squares could overflow float64; "
+                "rescale the scores to compare them"
+            )
 
 
 def _check_options(method: str, n_resamples: int, confidence: float) -> None:
@@ -249,8 +279,8 @@ def compare(
         docstring for the definitions).
 
     Raises:
-        ValueError: lengths differ, fewer than 2 items, a non-finite score (named by system and index),
-            result dicts of different metrics or options, or a bad option.
+        ValueError: lengths differ, fewer than 2 items, a non-finite score or one beyond ``MAX_ABS_SCORE``
+            (named by system and index), result dicts of different metrics or options, or a bad option.
         TypeError: a score that is not a number.
     """
     _check_options(method, n_resamples, confidence)
@@ -274,6 +304,7 @@ def compare(
             "with the same options, or pass the score lists themselves to compare them anyway"
         )
     metric = metric or _metric_of(scores_a) or _metric_of(scores_b)
+    check_magnitudes(a, b, (name_a, name_b), metric=metric)
 
     d = a - b
     delta = float(d.mean())

@@ -23,6 +23,7 @@ import datasets
 
 from capeval.bench._common import RATING_FEATURES, build_dataset, find_file, image_path, normalize_caption
 from capeval.bench.references import image_key, read_json_lines, read_references
+from capeval.json_files import read_json_file
 
 THUMB_URL = "https://raw.githubusercontent.com/jungokasai/THumB/master/mscoco/mscoco_THumB-1.0.jsonl"
 # Looked for next to the THumB file, official name first.
@@ -43,7 +44,8 @@ def read_thumb_references(path: str | os.PathLike) -> tuple[str, dict[str, list[
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"THumB references file not found: {path}")
-    with open(path, encoding="utf-8") as f:
+    # Sniffed leniently: a file that is not UTF-8 is refused by name by the reader it goes on to.
+    with open(path, encoding="utf-8", errors="replace") as f:
         first = f.readline()
     try:
         head = json.loads(first)
@@ -166,8 +168,7 @@ def load_system_captions(
     refs_by_image = read_references(references)
     rows = []
     for file in files:
-        with open(file, encoding="utf-8") as f:
-            results = json.load(f)
+        results = read_json_file(file, "COCO results")
         for k, res in enumerate(results):
             name = (
                 f"COCO_val2014_{int(res['image_id']):012d}.jpg"

@@ -16,7 +16,6 @@ Two layouts are read:
 from __future__ import annotations
 
 import ast
-import json
 import os
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import datasets
 import numpy as np
 
 from capeval.bench._common import find_file, image_path, normalize_caption, optional_file
+from capeval.json_files import read_json_file
 from capeval.text.array_pickle import TableUnpickler, array_globals
 
 VATEX_FEATURES = datasets.Features(
@@ -84,8 +84,7 @@ def load_vatex_eval(path: str | os.PathLike, video_root: str | os.PathLike | Non
         f"the EMScore VATEX-EVAL release ({', '.join(PICKLE_NAMES)}; ShiYaya/emscore README) or its JSON "
         "redistribution",
     )
-    with open(file, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json_file(file, "VATEX-EVAL JSON")
     entries = (
         (vid, e["cands"], _scores(e["scores"], vid), _json_refs(e["refs"], len(e["cands"]), file, vid))
         for vid, e in data.items()

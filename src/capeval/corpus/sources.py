@@ -9,11 +9,12 @@ WebDataset shards, say, is refused by name instead of "succeeding" with zero row
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from capeval.json_files import InputFileError, parse_json
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
 JSONL_EXTENSIONS = (".jsonl", ".ndjson")
@@ -136,9 +137,9 @@ class JsonlSource(Source):
     def parse(self, raw, index: int) -> dict:
         f, lineno, line = raw
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            return {"__error__": f"{f.name} line {lineno} is not valid JSON: {err}"}
+            row = parse_json(line, f"{f.name} line {lineno}")
+        except InputFileError as err:
+            return {"__error__": str(err)}
         if not isinstance(row, dict):
             return {"__error__": f"{f.name} line {lineno} is not a JSON object"}
         row["__base__"] = str(f.parent)

@@ -82,6 +82,29 @@ def _touch_init(folder: Path) -> bool:
     return True
 
 
+def _check_cache_folder(cache: Path) -> None:
+    """Refuse a module cache that cannot be made a folder, naming the path at fault, before anything is written.
+
+    ``mkdir`` (evaluate's ``init_dynamic_modules`` included) fails on a dangling symbolic link with a bare
+    ``[Errno 17] File exists``; the link's target is not created here, since it may lie on a drive that is not
+    mounted.
+
+    Raises:
+        ValueError: the cache or a folder above it is a symbolic link to nothing, or a file.
+    """
+    for path in (cache, *cache.parents):
+        if path.is_symlink() and not path.exists():
+            raise ValueError(
+                f"evaluate's module cache {cache}: {path} is a symbolic link to {os.readlink(path)}, which does not "
+                "exist (or is a loop of links); create its target folder, or set HF_MODULES_CACHE (or "
+                "--modules-cache) to a folder"
+            )
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"evaluate's module cache {cache}: {path} is a file, not a folder")
+            return
+
+
 def _check_self_contained(name: str, script: Path) -> None:
     from evaluate.loading import get_imports
 
@@ -106,7 +129,8 @@ def install_module(name: str, modules_cache: str | os.PathLike | None = None) ->
         newest by file time, so a leftover could win over the current code).
 
     Raises:
-        ValueError: unknown metric, or a module that is not a single self-contained script.
+        ValueError: unknown metric, a module that is not a single self-contained script, or a cache that cannot be
+            a folder (:func:`_check_cache_folder`).
     """
     from datasets.utils.filelock import FileLock
     from evaluate import config
@@ -115,6 +139,7 @@ def install_module(name: str, modules_cache: str | os.PathLike | None = None) ->
     source = module_path(name) / f"{name}.py"
     _check_self_contained(name, source)
     cache = Path(modules_cache) if modules_cache is not None else default_modules_cache()
+    _check_cache_folder(cache)
     # The tree evaluate's init_dynamic_modules makes, written here because that function also appends the cache to
     # sys.path, which would make this process import evaluate_modules from whichever cache came first.
     dynamic = cache / config.MODULE_NAME_FOR_DYNAMIC_MODULES

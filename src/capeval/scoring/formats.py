@@ -24,25 +24,25 @@ Images: a folder whose files are named ``<id>.<ext>`` (the authors' layout) or b
 Ids are matched by one canonical form on every side: COCO's ints (``42``), their strings (``"42"``) and the stems
 of COCO's file names (``COCO_val2014_000000000042``, ``000000000042``) are all ``"42"``; any other id is its
 string. Two entries of one file with the same canonical id are an error naming both; nothing is dropped.
+
+Every file is read by :func:`capeval.json_files.read_json_file`: a key written twice in one object, text that is
+not UTF-8, nesting past ``MAX_JSON_DEPTH`` or an integer too long for Python is refused naming the file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capeval.json_files import InputFileError, read_json_file
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
 # COCO's image file stems: COCO_<split><year>_%012d (2014 release) and %012d (2017 release).
 _COCO_STEM = re.compile(r"^(?:COCO_[A-Za-z]+\d{4}_)?(\d{12})$")
 _SHOWN = 5  # ids named in an error message
-
-
-class InputFileError(ValueError):
-    """A caption or image file that cannot be read as any of the supported layouts (the message names it)."""
 
 
 def canonical_id(image_id: object) -> str:
@@ -67,16 +67,6 @@ def canonical_id(image_id: object) -> str:
 def _shown(ids: list) -> str:
     more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
     return f"{ids[:_SHOWN]}{more}"
-
-
-def read_json(path: str | os.PathLike, what: str):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError as err:
-        raise InputFileError(f"{what} file not found: {path}") from err
-    except json.JSONDecodeError as err:
-        raise InputFileError(f"{what} file {path} is not valid JSON: {err}") from err
 
 
 def _put(out: dict, key: str, original: object, value, where: str) -> None:
@@ -131,7 +121,7 @@ def parse_candidates(data, where: str = "candidates") -> dict[str, tuple[object,
 
 def read_candidates(path: str | os.PathLike) -> dict[str, tuple[object, object]]:
     """:func:`parse_candidates` of a JSON file."""
-    return parse_candidates(read_json(path, "candidates"), where=str(path))
+    return parse_candidates(read_json_file(path, "candidates"), where=str(path))
 
 
 def parse_references(data, where: str = "references") -> dict[str, list]:
@@ -191,7 +181,7 @@ def parse_references(data, where: str = "references") -> dict[str, list]:
 
 def read_references(path: str | os.PathLike) -> dict[str, list]:
     """:func:`parse_references` of a JSON file."""
-    return parse_references(read_json(path, "references"), where=str(path))
+    return parse_references(read_json_file(path, "references"), where=str(path))
 
 
 def find_images(image_dir: str | os.PathLike) -> dict[str, Path]:
