@@ -16,6 +16,7 @@ from capeval.corpus.shard_run import score_shards
 from capeval.corpus.shards import ShardReadError, list_shards, read_shard
 from capeval.corpus.tar_members import MAX_CHAINED_HEADERS, MAX_EXTENDED_HEADER_BYTES
 from capeval.testing.shapes import shapes_clip_path
+from capeval.validation import MAX_REFERENCES
 from tests import hostile_shards as H
 
 MODEL = str(shapes_clip_path())
@@ -224,3 +225,46 @@ def test_an_unreadable_sidecar_is_an_error_row_naming_its_key_and_member(tmp_pat
     assert rows[1].key == "b" and rows[1].error is None
     summary, out = _score(tmp_path / "in", tmp_path / "out")
     assert out[("00000", 0)]["error"].startswith(problem) and summary["scored"] == 1
+
+
+def test_more_references_than_the_limit_is_an_error_row_on_tars_and_parquet_alike(tmp_path):
+    # 20,000 references in one row took 138 s on the tiny CLIP; the rows over the limit are not encoded.
+    over = MAX_REFERENCES + 1
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "00000.tar"
+    path.write_bytes(H.tar_of(
+        *H.sample("a"), H.member("a.json", H.references_json(over)),
+        *H.sample("b"), H.member("b.json", H.references_json(3)),
+    ))  # fmt: skip
+    limit = f"{over} references, over the limit of {MAX_REFERENCES} (capeval.validation.MAX_REFERENCES)"
+    rows = _read(path)
+    assert _errors(rows) == [("a", 0, f"sample a has {limit} in its sidecar a.json"), ("b", 1, None)]
+    summary, out = _score(tmp_path / "in", tmp_path / "out", ["refclipscore"])
+    assert out[("00000", 0)]["error"] == f"sample a has {limit} in its sidecar a.json"
+    assert summary["scored"] == 1
+    H.write_parquet(
+        tmp_path / "pq.parquet",
+        {"key": ["p", "q"], "jpg": [H.jpeg(), H.jpeg()], "caption": ["x", "y"],
+         "references": [["r"] * over, ["a red circle"]]},
+    )  # fmt: skip
+    summary, out = _score(tmp_path / "pq.parquet", tmp_path / "out_pq", ["refclipscore"])
+    assert out[("pq", 0)]["error"] == f"row p has {limit}" and out[("pq", 1)]["error"] is None
+
+
+def test_the_reference_limit_is_the_metrics_and_the_jsonl_corpus_one(tmp_path):
+    from capeval.corpus.items import Columns, to_item
+    from capeval.validation import check_references
+
+    refs = [f"reference {i}" for i in range(MAX_REFERENCES + 1)]
+    with pytest.raises(
+        ValueError, match=f"references 0 holds {MAX_REFERENCES + 1} references, over the limit"
+    ):
+        check_references([refs], 1)
+    assert check_references([refs[:MAX_REFERENCES]], 1) == [refs[:MAX_REFERENCES]]
+    item = to_item(
+        0, {"caption": "a", "image": "x.jpg", "refs": refs}, Columns("caption", "image", "refs", None), True
+    )
+    assert (
+        item.error
+        == f"references ('refs'): {MAX_REFERENCES + 1} references, over the limit of {MAX_REFERENCES} (capeval.validation.MAX_REFERENCES)"
+    )

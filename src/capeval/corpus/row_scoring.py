@@ -54,6 +54,8 @@ def check_row_metrics(metrics: Sequence[str]) -> list[str]:
 def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     """Decode and geometrically preprocess one batch of ``ShardRow``s (CPU work, no model).
 
+    A row with more than ``capeval.validation.MAX_REFERENCES`` references gets its ``error``.
+
     Args:
         rows: ``capeval.corpus.shards.ShardRow``s.
         image_size: the backbone's input size (``Backbone.image_size``).
@@ -63,11 +65,15 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
         (list of lists or None), ``pixels`` (N, size, size, 3) uint8 (zeros where ``error`` is set).
     """
     from capeval.clip.images import preprocess_image
+    from capeval.validation import too_many_references
 
     pixels = np.zeros((len(rows), image_size, image_size, 3), dtype=np.uint8)
     errors: list[str | None] = []
     for i, row in enumerate(rows):
         error = row.error
+        too_many = too_many_references(len(getattr(row, "references", None) or ()))
+        if error is None and too_many:
+            error = f"row {row.key} has {too_many}"
         if error is None:
             image = {"bytes": row.image} if isinstance(row.image, bytes) else row.image
             try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
-from capeval.validation import has_visible_text
+from capeval.validation import has_visible_text, too_many_references
 
 # The image extensions img2dataset writes (its --encode_format) and WebDataset's decoders read.
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -230,6 +230,9 @@ def _references(metadata: bytes, key: str, member: str) -> tuple[list[str] | Non
         return None, None
     if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         return None, f"the sidecar {member} of sample {key} has references that are not a list of text"
+    too_many = too_many_references(len(refs))
+    if too_many:
+        return None, f"sample {key} has {too_many} in its sidecar {member}"
     return refs, None
 
 
