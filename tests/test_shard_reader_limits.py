@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from capeval.corpus.shard_run import score_shards
-from capeval.corpus.shards import ShardReadError, list_shards, read_shard
+from capeval.corpus.shards import MAX_MEMBER_BYTES, ShardReadError, list_shards, read_shard
 from capeval.corpus.tar_members import MAX_CHAINED_HEADERS, MAX_EXTENDED_HEADER_BYTES
 from capeval.testing.shapes import shapes_clip_path
 from capeval.validation import MAX_REFERENCES
@@ -268,3 +268,59 @@ def test_the_reference_limit_is_the_metrics_and_the_jsonl_corpus_one(tmp_path):
         item.error
         == f"references ('refs'): {MAX_REFERENCES + 1} references, over the limit of {MAX_REFERENCES} (capeval.validation.MAX_REFERENCES)"
     )
+
+
+# --- Parquet cells larger than the reader holds ---
+
+
+def test_a_parquet_cell_over_the_cap_is_an_error_row_and_its_row_group_is_never_read(tmp_path, monkeypatch):
+    # A 16 KB Parquet file holding a 300 MB cell of zeros took 1.3 GB to read.
+    big = MAX_MEMBER_BYTES + 2**20
+    path = tmp_path / "00000.parquet"
+    H.write_parquet(
+        path, {"key": ["big", "ok"], "jpg": [bytes(big), H.jpeg()], "caption": ["x", "y"]}, row_group_size=1
+    )
+    assert path.stat().st_size < 100_000
+    read = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, g, columns=None, **kw: read.append((g, columns)) or real(self, g, columns=columns, **kw),
+    )
+    rows = _read(path)
+    assert (0, ["jpg"]) not in read and (1, ["jpg"]) in read
+    assert rows[0].key == "big" and rows[0].image is None
+    assert rows[0].error.startswith("row big: column 'jpg' of row group 0 (1 rows) holds 68,15")  # its pages
+    assert rows[0].error.endswith(f"bytes uncompressed (limit {MAX_MEMBER_BYTES:,}); it is not read")
+    assert rows[1].error is None and rows[1].image == H.jpeg()
+
+
+def test_a_parquet_cell_over_the_cap_among_others_is_one_error_row(tmp_path):
+    big = MAX_MEMBER_BYTES + 2**20
+    path = tmp_path / "00000.parquet"
+    H.write_parquet(
+        path, {"key": ["a", "big", "c"], "jpg": [H.jpeg(1), bytes(big), H.jpeg(2)], "caption": ["x"] * 3}
+    )
+    assert _errors(_read(path)) == [
+        ("a", 0, None), ("big", 1, f"row big: its cell in column 'jpg' is {big:,} bytes (limit {MAX_MEMBER_BYTES:,})"), ("c", 2, None)
+    ]  # fmt: skip
+    summary, out = _score(path, tmp_path / "out")
+    assert [out[("00000", i)]["error"] is None for i in range(3)] == [True, False, True]
+
+
+def test_a_value_a_dictionary_repeats_in_every_row_is_refused_before_it_is_decoded(tmp_path, monkeypatch):
+    import capeval.corpus.parquet_cells as cells
+
+    monkeypatch.setattr(cells, "MAX_COLUMN_CHUNK_BYTES", 100 * 2**20)
+    path = tmp_path / "00000.parquet"
+    caption = "a" * (10 * 2**20)  # stored once in the dictionary, repeated by 20 rows: 200 MB decoded
+    H.write_parquet(
+        path,
+        {"key": [f"k{i}" for i in range(20)], "jpg": [H.jpeg()] * 20, "caption": [caption] * 20},
+        dictionary_pagesize_limit=64 * 2**20,
+    )
+    rows = _read(path)
+    decoded = f"column 'caption' of row group 0 (20 rows) decodes to {20 * len(caption):,} bytes"
+    assert [r.error for r in rows] == [f"row {r.key}: {decoded} (limit {100 * 2**20:,})" for r in rows]
+    assert all(r.caption is None for r in rows)

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
 from capeval.validation import has_visible_text, too_many_references
 
@@ -35,7 +36,7 @@ IMAGE_COLUMNS = ("jpg", "image", "png", "webp", "img")
 CAPTION_COLUMNS = ("caption", "txt", "text")
 KEY_COLUMNS = ("key", "id")
 PATH_COLUMNS = ("image_path", "path", "filepath", "url_path")
-MAX_MEMBER_BYTES = 64 * 1024 * 1024  # a larger "image" is refused before it is read into memory
+MAX_MEMBER_BYTES = 64 * 1024 * 1024  # a larger tar member or Parquet cell is refused before it is read
 
 
 class ShardReadError(ValueError):
@@ -275,10 +276,8 @@ def check_columns(shards: Sequence[Shard], caption_column: str | None, image_col
 
 
 def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | None) -> Iterator[ShardRow]:
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.read_table(shard.path)
+        table = CheckedParquet(shard.path, MAX_MEMBER_BYTES)  # columns read when asked, sizes checked first
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family for damaged files
         raise ShardReadError(f"shard {shard.path} is not a readable Parquet file: {err}") from err
     columns = table.column_names
@@ -320,6 +319,6 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
             index=index,
             caption=caption,
             image=image,
-            error=problem,
+            error=f"row {key}: {table.problems[index]}" if index in table.problems else problem,
             references=references,
         )
