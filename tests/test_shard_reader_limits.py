@@ -270,6 +270,24 @@ def test_the_reference_limit_is_the_metrics_and_the_jsonl_corpus_one(tmp_path):
     )
 
 
+def test_an_image_decoder_failing_in_any_way_is_an_error_row_not_the_end_of_the_run(tmp_path, monkeypatch):
+    import capeval.clip.images as images
+
+    real = images.preprocess_image
+
+    def failing(image, index, size):  # a PIL plugin may raise anything on hostile bytes
+        if isinstance(image, dict) and image.get("bytes") == H.jpeg(9):
+            raise KeyError("tile 7")
+        return real(image, index, size)
+
+    monkeypatch.setattr(images, "preprocess_image", failing)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "00000.tar").write_bytes(H.tar_of(*H.sample("a", seed=9), *H.sample("b")))
+    summary, out = _score(tmp_path / "in", tmp_path / "out")
+    assert out[("00000", 0)]["error"] == "image of a cannot be read: KeyError: 'tile 7'"
+    assert out[("00000", 1)]["error"] is None and summary["scored"] == 1
+
+
 # --- Parquet cells larger than the reader holds ---
 
 

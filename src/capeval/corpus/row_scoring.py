@@ -54,7 +54,8 @@ def check_row_metrics(metrics: Sequence[str]) -> list[str]:
 def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     """Decode and geometrically preprocess one batch of ``ShardRow``s (CPU work, no model).
 
-    A row with more than ``capeval.validation.MAX_REFERENCES`` references gets its ``error``.
+    A row whose image cannot be read, whatever the decoder raised, or with more than
+    ``capeval.validation.MAX_REFERENCES`` references, gets its ``error``; nothing here ends the batch.
 
     Args:
         rows: ``capeval.corpus.shards.ShardRow``s.
@@ -80,6 +81,8 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
                 pixels[i] = preprocess_image(image, i, image_size)
             except (ValueError, TypeError, OSError) as err:
                 error = f"image of {row.key} cannot be read: " + str(err).replace(f"image {i}", "image", 1)
+            except Exception as err:  # a decoder's own failure on one row's bytes never ends the run
+                error = f"image of {row.key} cannot be read: {type(err).__name__}: {err}"
         errors.append(error)
     return {
         "key": [r.key for r in rows],
