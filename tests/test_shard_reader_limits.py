@@ -89,6 +89,24 @@ def test_a_sample_with_two_pictures_or_a_field_twice_is_an_error_row_naming_ever
     assert summary["scored"] == 1
 
 
+def test_a_link_or_other_non_file_member_is_an_error_row_naming_it_and_a_folder_is_no_sample(tmp_path):
+    path = tmp_path / "00000.tar"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as archive:
+        link = tarfile.TarInfo("x.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+        folder = tarfile.TarInfo("y")
+        folder.type = tarfile.DIRTYPE
+        archive.addfile(folder)
+        for name, data in (("y.jpg", H.jpeg()), ("y.txt", b"a caption")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    path.write_bytes(buf.getvalue())
+    assert _errors(_read(path)) == [("x", 0, "member x.jpg is a symbolic link, not a file"), ("y", 1, None)]
+
+
 # --- Tar headers that would make the reader work without end ---
 
 

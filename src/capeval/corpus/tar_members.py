@@ -5,8 +5,8 @@ differs from the previous member's: a key that comes back after another key is a
 that repeats within one sample is an error. ``tar_samples`` groups the same way and never merges or drops a
 member: a sample that holds a field twice keeps every member name, for its row's error to name them.
 
-``tarfile`` is used as a parser of single headers only, through ``_CheckedMember`` (the subclass hook
-``TarInfo._proc_member`` that ``tarfile`` documents for that purpose), which refuses before ``tarfile`` acts:
+``tarfile`` parses the headers through ``_CheckedMember`` (``TarInfo._proc_member``, which tarfile's source names
+as the method a subclass overrides to process members its own way), which refuses before ``tarfile`` acts:
 
 - a member whose claimed size exceeds what the file still holds after its header (a PAX ``size=10**15``
   would make a streaming reader skip forward block by block for a day);
@@ -252,7 +252,9 @@ def _add(
         sample.refuse(unsafe)
         return True
     if not member.isfile():
-        sample.refuse(f"member {name} is {_KINDS.get(member.type, 'not a regular file')}, not a file")
+        sample.refuse(
+            f"member {name} is {_KINDS.get(member.type, f'of tar type {member.type!r}')}, not a file"
+        )
         return True
     if member.size > max_bytes:
         sample.refuse(f"member {name} is {member.size} bytes (limit {max_bytes})")
