@@ -200,6 +200,22 @@ def test_extended_headers_chained_without_end_fail_their_shard_not_the_run(tmp_p
     assert list(summary["failed_shards"]) == ["00000"] and summary["scored"] == 1
 
 
+def test_a_damaged_header_before_more_members_is_reported_not_taken_for_the_end(tmp_path):
+    # tarfile ends a tar at the first invalid header: the samples behind one vanished without a word.
+    path = tmp_path / "00000.tar"
+    damaged = bytearray(H.member("c.jpg", H.jpeg()))
+    damaged[148:156] = b"0000000\0"  # a wrong checksum
+    path.write_bytes(H.tar_of(*H.sample("a"), *H.sample("b"), bytes(damaged), *H.sample("d")))
+    rows = _read(path)
+    assert [(r.key, r.error is None) for r in rows] == [("a", True), ("b", False)]
+    assert rows[1].error == (
+        "the tar has no valid header at byte 6144 but data at byte 6144: it is damaged, and nothing after it is read"
+    )
+    # Zeros after the end are a tar's padding, not damage.
+    (tmp_path / "ok.tar").write_bytes(H.tar_of(*H.sample("a")) + bytes(9000))
+    assert _errors(_read(tmp_path / "ok.tar")) == [("a", 0, None)]
+
+
 def test_ordinary_long_names_and_pax_records_are_read_as_before(tmp_path):
     long_key = "x" * 150  # over ustar's 100 characters: GNU writes an L header, PAX a path record
     path = tmp_path / "00000.tar"

@@ -200,7 +200,8 @@ def tar_samples(
 
     A member over ``max_member_bytes``, one that is not a file, or one whose name leaves the shard gives its
     sample a ``problem`` and is not read. A refused header that names its member ends the tar with a last sample
-    of that member's key carrying the refusal; a damaged tail ends it with the problem on the last sample.
+    of that member's key carrying the refusal; a damaged tail, or data after the block where tarfile saw the
+    end (an invalid header), ends it with the problem on the last sample.
 
     Raises:
         TarUnreadable: the file is no tar, or is damaged before any sample, or a refused header names no member.
@@ -220,6 +221,8 @@ def tar_samples(
                     current = TarSample(key)
                 if not _add(current, archive, member, ext, wanted, max_member_bytes):
                     break
+            else:
+                _check_tail(fh, archive.offset, current)
         except TarRefusal as err:
             if err.member is None:
                 raise TarUnreadable(f"{err}; the tar is not read") from err
@@ -235,6 +238,24 @@ def tar_samples(
             current.refuse(f"tar ends inside a member ({err})")
     if current is not None:
         yield current
+
+
+def _check_tail(fh, offset: int, last: TarSample | None) -> None:
+    """tarfile ends a tar at the first block that is no valid header; the end of a tar is zeros only, so data
+    after that block means a damaged header, and the members behind it are not read: said, never silent."""
+    fh.seek(offset)
+    while chunk := fh.read(1 << 20):
+        data = chunk.lstrip(b"\0")
+        if data:
+            where = fh.tell() - len(data)
+            problem = (
+                f"the tar has no valid header at byte {offset} but data at byte {where}: it is damaged, and "
+                "nothing after it is read"
+            )
+            if last is None:
+                raise TarUnreadable(problem)
+            last.refuse(problem)
+            return
 
 
 def _add(
