@@ -133,6 +133,31 @@ def test_decompression_bomb_is_refused_with_the_index(tmp_path, monkeypatch):
         load_image(str(path), 7)
 
 
+def test_one_pixel_cap_holds_for_npy_bytes_arrays_tensors_and_pil_images(monkeypatch):
+    # Files met PIL's MAX_IMAGE_PIXELS; .npy bytes (a 144-megapixel array was accepted), arrays, tensors and PIL
+    # images did not. The .npy header is checked before the array is allocated.
+    import capeval.clip.images as images
+    from capeval.clip.npy_images import npy_bytes
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 50_000)
+    monkeypatch.setattr(
+        images, "read_npy", lambda *a: pytest.fail("the array was read before its size check")
+    )
+    pixels = np.zeros((300, 200, 3), np.uint8)  # 60,000 pixels
+    for image in (
+        {"bytes": npy_bytes(pixels), "path": None},
+        pixels,
+        torch.from_numpy(pixels).permute(2, 0, 1),
+        Image.fromarray(pixels),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=r"image 3 is too large: 200x300 is 60,000 pixels, over PIL's MAX_IMAGE_PIXELS of 50,000",
+        ):
+            load_image(image, 3)
+    assert load_image(pixels[:250], 3).size == (200, 250)  # 50,000 pixels: at the cap, accepted
+
+
 def test_unsupported_types_and_shapes_name_the_index():
     with pytest.raises(TypeError, match="image 4: expected"):
         load_image(12345, 4)

@@ -220,6 +220,53 @@ score_shards(sys.argv[1], sys.argv[2], ["clipscore", "refclipscore"], model=sys.
 """
 
 
+def test_hostile_shards_give_the_same_rows_and_errors_on_ray_as_on_the_local_engine(local_ray, tmp_path):
+    from capeval.validation import MAX_REFERENCES
+    from tests import hostile_shards as H
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    repeated = H.tar_of(*H.sample("a", seed=1), *H.sample("b", seed=2), *H.sample("a", seed=3))
+    (folder / "00000.tar").write_bytes(repeated)
+    (folder / "00001.tar").write_bytes(H.tar_of(
+        *H.sample("nested"), H.member("nested.json", H.nested_json(100_000)),
+        *H.sample("many"), H.member("many.json", H.references_json(MAX_REFERENCES + 1)),
+        *H.sample("ok"), H.member("ok.json", H.references_json(2)),
+        H.pax_size_claim("claim.jpg", 10**15),
+    ))  # fmt: skip
+    H.write_parquet(
+        folder / "00002.parquet",
+        {"key": ["big", "fine"], "jpg": [bytes(65 * 2**20), H.jpeg()], "caption": ["x", "y"],
+         "references": [["r"], ["a red circle"]]},
+        row_group_size=1,
+    )  # fmt: skip
+    shards = sorted(folder.iterdir())
+    local = score_shards(shards, tmp_path / "local", METRICS, model=MODEL, batch_size=2)
+    remote = score_shards(shards, tmp_path / "ray", METRICS, model=MODEL, batch_size=2, engine="ray")
+    a, b = _table(tmp_path / "local"), _table(tmp_path / "ray")
+    assert sorted(a) == sorted(b) == ["00000", "00001", "00002"]
+    for name in a:
+        assert list(a[name].key) == list(b[name].key) and list(a[name]["index"]) == list(b[name]["index"])
+        assert list(a[name].error.fillna("")) == list(b[name].error.fillna(""))
+        np.testing.assert_allclose(b[name].refclipscore, a[name].refclipscore, atol=1e-5, equal_nan=True)
+    errors = {(n, k): e for n, t in b.items() for k, e in zip(t.key, t.error.fillna(""), strict=True)}
+    assert list(b["00000"].key) == ["a", "b", "a"] and errors[("00000", "a")].startswith(
+        "key a names 2 samples"
+    )
+    assert (
+        errors[("00001", "nested")] == "the sidecar nested.json of sample nested is nested too deeply to read"
+    )
+    assert errors[("00001", "many")].startswith(
+        f"sample many has {MAX_REFERENCES + 1} references, over the limit"
+    )
+    assert errors[("00001", "ok")] == "" and errors[("00001", "claim")].startswith(
+        "tar member claim.jpg claims"
+    )
+    assert errors[("00002", "big")].startswith("row big: column 'jpg' of row group 0 (1 rows) holds")
+    assert errors[("00002", "fine")] == ""
+    assert remote.summary["scored"] == local.summary["scored"] == 2 and remote.summary["rows"] == 9
+
+
 def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
     root, _ = corpus
     ray.shutdown()  # each driver below starts its own local Ray, as a user's command would

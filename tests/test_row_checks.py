@@ -117,8 +117,8 @@ EXPECTED_ERRORS = {
     ("00001", "b0"): "row b0 has references stored as binary (11 bytes), not a list of strings",
     ("00002", "nul"): None,
     ("00002", "long"): (
-        "row long has a caption of 65,537 bytes; capeval reads at most 65,536 "
-        "(capeval.corpus.row_checks.MAX_CAPTION_BYTES) in column 'caption'"
+        "row long has a caption of 65,537 bytes in column 'caption'; capeval reads at most 65,536 "
+        "(capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
     ),
     ("00002", None): "row 2 of column 'key' has no key (null)",
     ("00002", "ok"): None,

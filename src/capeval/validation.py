@@ -37,6 +37,23 @@ def _invisible(ch: str) -> bool:
     )
 
 
+MAX_REFERENCES = 1000
+"""References of one prediction capeval scores: capeval's bound, for every path that takes references (the metrics,
+the evaluate modules, corpus rows and shard rows alike).
+
+Each reference is encoded and compared with its caption, so the work grows with their number: 20,000 references
+in one shard row took 138 s on a tiny CLIP. The human-reference sets of the benchmarks hold at most 50 per image
+(PASCAL-50S, ABSTRACT-50S); 1,000 leaves room for any collected set.
+"""
+
+
+def too_many_references(count: int) -> str | None:
+    """What is wrong with ``count`` references of one prediction (``None`` within ``MAX_REFERENCES``)."""
+    if count <= MAX_REFERENCES:
+        return None
+    return f"{count} references, over the limit of {MAX_REFERENCES} (capeval.validation.MAX_REFERENCES)"
+
+
 def has_visible_text(text: str) -> bool:
     """Whether a caption holds anything but whitespace, control, format or other invisible characters."""
     return not all(_invisible(ch) for ch in text)
@@ -89,7 +106,7 @@ def check_reference_list(refs, index: int | None = None, allow_empty: bool = Fal
 
     Raises:
         TypeError: a bare string instead of a list, or an item that is not a string.
-        ValueError: an empty list (unless ``allow_empty``) or an empty reference.
+        ValueError: an empty list (unless ``allow_empty``), more than ``MAX_REFERENCES`` or an empty reference.
     """
     label = "reference" if index is None else f"references {index}"
     if isinstance(refs, str):
@@ -100,6 +117,9 @@ def check_reference_list(refs, index: int | None = None, allow_empty: bool = Fal
         raise TypeError(f"{label} is {type(refs).__name__}, expected a list of strings")
     if len(refs) == 0 and not allow_empty:
         raise ValueError(f"{label} is an empty list: every prediction needs at least one reference")
+    too_many = too_many_references(len(refs))
+    if too_many:
+        raise ValueError(f"{label} holds {too_many}")
     for j, r in enumerate(refs):
         where = f"item {j} of reference" if index is None else f"reference {j} of item {index}"
         if not isinstance(r, str):

@@ -7,6 +7,8 @@ crop, exactly as there, so palette, grayscale and 16/32-bit images are resized i
 raster formats of ``capeval.clip.image_formats`` only (an EPS file never reaches Ghostscript). Two
 bounds are capeval's own: aspect ratios beyond ``MAX_ASPECT_RATIO`` are refused (the resize would grow with
 the ratio), and so are 16/32-bit images whose samples the RGB conversion would clip (``check_sample_range``).
+One is PIL's, applied to every image however it arrives: more pixels than ``PIL.Image.MAX_IMAGE_PIXELS``
+(``check_geometry``; ``.npy`` bytes are checked from their header, before the array is allocated).
 """
 
 from __future__ import annotations
@@ -194,7 +196,13 @@ def image_key(image: ImageInput, index: int) -> tuple:
 
 
 def check_geometry(width: int, height: int, what: str = "image") -> None:
-    """Refuse an image with no pixels or an aspect ratio beyond ``MAX_ASPECT_RATIO``, before any resize.
+    """Refuse an image with no pixels, more pixels than PIL's ``Image.MAX_IMAGE_PIXELS`` or an aspect ratio beyond
+    ``MAX_ASPECT_RATIO``, before any resize.
+
+    The pixel bound is the one PIL applies when it opens a file (where capeval turns PIL's warning into an
+    error), read at each call so that raising it raises it everywhere: here it holds for every way an image
+    arrives, ``.npy`` bytes (from their header, before the array is allocated), arrays, tensors and PIL images
+    included.
 
     Args:
         width, height: its size (from a file header, before decoding, where there is one).
@@ -202,6 +210,12 @@ def check_geometry(width: int, height: int, what: str = "image") -> None:
     """
     if width < 1 or height < 1:
         raise ValueError(f"{what} is {width}x{height}: it has no pixels")
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise ValueError(
+            f"{what} is too large: {width}x{height} is {width * height:,} pixels, over PIL's "
+            f"MAX_IMAGE_PIXELS of {int(limit):,} (raise PIL.Image.MAX_IMAGE_PIXELS to allow it)"
+        )
     short, long = min(width, height), max(width, height)
     if long > MAX_ASPECT_RATIO * short:
         raise ValueError(
@@ -343,7 +357,9 @@ def _read(image: ImageInput, index: int) -> Image.Image:
         path, _ = _stat_image_file(image, index)
         return _open(path, index, _describe(image))
     if isinstance(image, (np.ndarray, torch.Tensor)):
-        return _array_to_pil(_array_pixels(image, index), index)
+        arr = _array_pixels(image, index)
+        check_geometry(arr.shape[1], arr.shape[0], _what(index))  # before the array is converted
+        return _array_to_pil(arr, index)
     if isinstance(image, dict):
         if image.get("bytes") is not None:
             data = _image_bytes(image, index)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from capeval.validation import has_visible_text
+from capeval.validation import has_visible_text, too_many_references
 
 _DROP = object()
 
@@ -98,6 +98,8 @@ def to_item(index: int, row: dict, columns: Columns, needs_refs: bool) -> Item:
                     f"references ({columns.references!r}) must be a non-empty list of non-empty strings"
                 )
                 return item
+        elif too_many_references(len(refs)):
+            item.error = f"references ({columns.references!r}): {too_many_references(len(refs))}"
         else:
             item.references = list(refs)
     elif needs_refs:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from capeval.validation import has_visible_text
+from capeval.json_files import InputFileError, parse_json
+from capeval.validation import has_visible_text, too_many_references
 
 MAX_CAPTION_BYTES = 64 * 1024
 """Longest caption a shard row may hold, in UTF-8 bytes. CLIP reads at most its context (77 tokens; 248 for
@@ -33,30 +34,35 @@ def key_problem(key: Any, where: str) -> tuple[str | None, str | None]:
     return None, f"{where} has a key of type {type(key).__name__} ({key!r:.60}), not text"
 
 
-def caption_problem(caption: Any, where: str) -> str | None:
-    """Why a caption cannot be scored: missing, not text, empty or invisible, or over ``MAX_CAPTION_BYTES``."""
+def caption_problem(caption: Any, where: str, field: str = "") -> str | None:
+    """Why a caption cannot be scored: missing, not text, empty or invisible, or over ``MAX_CAPTION_BYTES``.
+
+    Args:
+        where: the row (``"row 00012"``, ``"sample 00012"``).
+        field: where the caption was read, for the message (``" in column 'caption'"``, ``" (.txt)"``).
+    """
     if caption is None:
-        return f"{where} has no caption"
+        return f"{where} has no caption{field}"
     if not isinstance(caption, str):
         # Not str(caption): a number is no caption.
-        return f"{where} has a caption of type {type(caption).__name__} ({caption!r:.60})"
+        return f"{where} has a caption of type {type(caption).__name__} ({caption!r:.60}){field}"
     size = len(caption.encode("utf-8", "surrogatepass"))
     if size > MAX_CAPTION_BYTES:
         return (
-            f"{where} has a caption of {size:,} bytes; capeval reads at most {MAX_CAPTION_BYTES:,} "
+            f"{where} has a caption of {size:,} bytes{field}; capeval reads at most {MAX_CAPTION_BYTES:,} "
             "(capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
         )
     if not has_visible_text(caption):
         invisible = " (only invisible characters)" if caption.strip() else ""
-        return f"{where} has an empty caption{invisible}"
+        return f"{where} has an empty caption{field}{invisible}"
     return None
 
 
 def references_problem(references: Any, where: str) -> tuple[list[str] | None, str | None]:
     """A sample's references as a list of strings (``None``: it has none), and why they cannot be (else ``None``).
 
-    A single string is refused rather than read as a list of its characters; so are bytes, mappings, and lists
-    holding anything but strings.
+    A single string is refused rather than read as a list of its characters; so are bytes, mappings, lists
+    holding anything but strings, and more than ``capeval.validation.MAX_REFERENCES`` of them.
     """
     if references is None:
         return None, None
@@ -69,6 +75,9 @@ def references_problem(references: Any, where: str) -> tuple[list[str] | None, s
         )
     if not isinstance(references, (list, tuple)):
         return None, f"{where} has references of type {type(references).__name__}, not a list of strings"
+    too_many = too_many_references(len(references))
+    if too_many:
+        return None, f"{where} has {too_many}"
     for j, ref in enumerate(references):
         if not isinstance(ref, str):
             return None, (
@@ -76,3 +85,15 @@ def references_problem(references: Any, where: str) -> tuple[list[str] | None, s
                 f"{type(ref).__name__} ({ref!r:.60})"
             )
     return list(references), None
+
+
+def sidecar_references(metadata: bytes, where: str, member: str) -> tuple[list[str] | None, str | None]:
+    """The ``references`` of a sample's ``.json`` sidecar (img2dataset's have none), read by capeval's one JSON
+    reader (duplicate keys, deep nesting and other encodings refused), and checked as ``references_problem``."""
+    try:
+        value = parse_json(metadata, f"the sidecar {member} of {where}")
+    except InputFileError as err:
+        return None, str(err)
+    if not isinstance(value, dict):
+        return None, f"the sidecar {member} of {where} is a JSON {type(value).__name__}, not an object"
+    return references_problem(value.get("references"), f"{where} (sidecar {member})")

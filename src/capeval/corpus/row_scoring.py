@@ -54,6 +54,9 @@ def check_row_metrics(metrics: Sequence[str]) -> list[str]:
 def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     """Decode and geometrically preprocess one batch of ``ShardRow``s (CPU work, no model).
 
+    A row whose image cannot be read, whatever the decoder raised, gets its ``error`` (the reader has already
+    checked everything else, ``capeval.corpus.row_checks``); nothing here ends the batch.
+
     Args:
         rows: ``capeval.corpus.shards.ShardRow``s.
         image_size: the backbone's input size (``Backbone.image_size``).
@@ -74,6 +77,8 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
                 pixels[i] = preprocess_image(image, i, image_size)
             except (ValueError, TypeError, OSError) as err:
                 error = f"image of {row.key} cannot be read: " + str(err).replace(f"image {i}", "image", 1)
+            except Exception as err:  # a decoder's own failure on one row's bytes never ends the run
+                error = f"image of {row.key} cannot be read: {type(err).__name__}: {err}"
         errors.append(error)
     return {
         "key": [r.key for r in rows],

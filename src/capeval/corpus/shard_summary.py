@@ -163,18 +163,28 @@ def summarise_outputs(
 
 
 def _error_kind(error: str) -> str:
+    """The kind of a row's error, as ``summary.json`` counts them (first match wins: the order matters)."""
     for needle, kind in (
         ("cannot be read", "unreadable image"),
         ("no key", "missing key"),
         ("key of type", "missing key"),
+        ("samples of this shard", "repeated key"),
+        ("image members", "several images"),
+        ("members for its field", "repeated member"),
+        ("the sidecar", "unreadable sidecar"),
+        ("over the limit of", "too many references"),
         ("caption", "caption"),
-        ("tar member", "truncated member"),
-        ("tar ends", "truncated member"),
+        ("tar member", "damaged tar member"),
+        ("tar ends", "damaged tar member"),
+        ("sparse", "damaged tar member"),
+        ("no valid header", "damaged tar member"),
+        ("not a file", "not a file member"),
         ("no image", "missing image"),
         ("references", "references"),
         ("non-finite", "non-finite score"),
         ("leaves the shard", "unsafe member name"),
         ("bytes (limit", "oversized member"),
+        ("is not UTF-8", "caption"),
     ):
         if needle in error:
             return kind

@@ -7,25 +7,26 @@ beside. Those two side files are not shards: a folder with tars is read from its
 Parquet files only (``ParquetSampleWriter``, or a ``datasets`` export) is read from those: an image column of
 encoded bytes (``jpg``, ``image``; bytes or datasets' ``{"bytes", "path"}``) or of paths, a caption column.
 
-Tars are read as a stream and never extracted: member names are only keys (``../x.jpg`` is refused, not
-followed), a member larger than ``MAX_MEMBER_BYTES`` is refused by name, and a truncated member ends its
-shard with an error row for its key. Every sample yields a row: one that cannot be scored carries ``error``
-and keeps its key. A shard that cannot be opened at all raises ``ShardReadError`` naming it, which the
+Tars are read in order and never extracted (``capeval.corpus.tar_members``): member names are only keys
+(``../x.jpg`` is refused, not followed), a member larger than ``MAX_MEMBER_BYTES`` is refused by name, and a
+member claiming more bytes than the file holds, a sparse member or an oversized extended header ends its shard.
+Members are grouped into samples as WebDataset groups them (consecutive members sharing a key); a key used by
+two samples of a shard, a field given twice and a sample with two pictures are error rows naming the members.
+Every sample yields a row: one that cannot be scored carries ``error`` and keeps its key. A shard that cannot be opened at all raises ``ShardReadError`` naming it, which the
 engines report per shard before going on.
 """
 
 from __future__ import annotations
 
 import glob
-import json
 import os
-import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.corpus.row_checks import caption_problem, key_problem, references_problem
-from capeval.validation import has_visible_text
+from capeval.corpus.parquet_cells import CheckedParquet
+from capeval.corpus.row_checks import caption_problem, key_problem, references_problem, sidecar_references
+from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
 
 # The image extensions img2dataset writes (its --encode_format) and WebDataset's decoders read.
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -34,7 +35,7 @@ IMAGE_COLUMNS = ("jpg", "image", "png", "webp", "img")
 CAPTION_COLUMNS = ("caption", "txt", "text")
 KEY_COLUMNS = ("key", "id")
 PATH_COLUMNS = ("image_path", "path", "filepath", "url_path")
-MAX_MEMBER_BYTES = 64 * 1024 * 1024  # a larger "image" is refused before it is read into memory
+MAX_MEMBER_BYTES = 64 * 1024 * 1024  # a larger tar member or Parquet cell is refused before it is read
 
 
 class ShardReadError(ValueError):
@@ -142,105 +143,73 @@ def read_shard(
     return list(_read_parquet(shard, caption_column, image_column))
 
 
-def _member_key(name: str) -> tuple[str, str]:
-    """WebDataset's grouping: the key is the path up to the first dot of the file name, the rest its extension."""
-    folder, _, base = name.rpartition("/")
-    stem, _, ext = base.partition(".")
-    return (f"{folder}/{stem}" if folder else stem), ext.lower()
-
-
-def _unsafe_name(name: str) -> str | None:
-    parts = name.split("/")
-    if name.startswith("/") or ".." in parts:
-        return f"member name {name!r} leaves the shard (absolute or '..')"
-    return None
-
-
 def _read_tar(shard: Shard) -> Iterator[ShardRow]:
-    samples: dict[str, dict] = {}
-    problems: dict[str, str] = {}
+    wanted = (*IMAGE_EXTENSIONS, CAPTION_EXTENSION, "json")
     try:
-        archive = tarfile.open(shard.path, mode="r|")  # a stream: members are read in order, never extracted
-    except (tarfile.TarError, OSError, EOFError) as err:
+        samples = list(tar_samples(shard.path, wanted, MAX_MEMBER_BYTES))
+    except TarUnreadable as err:
         raise ShardReadError(f"shard {shard.path} is not a readable tar file: {err}") from err
-    try:
-        for member in archive:
-            key, ext = _member_key(member.name)
-            sample = samples.setdefault(key, {})
-            unsafe = _unsafe_name(member.name)
-            if unsafe:
-                problems.setdefault(key, unsafe)
-                continue
-            if not member.isfile():
-                continue  # folders, links: nothing to read
-            if member.size > MAX_MEMBER_BYTES:
-                problems.setdefault(
-                    key, f"member {member.name} is {member.size} bytes (limit {MAX_MEMBER_BYTES})"
-                )
-                continue
-            if ext not in IMAGE_EXTENSIONS and ext not in (CAPTION_EXTENSION, "json"):
-                continue  # other fields img2dataset or a user may add
-            fh = archive.extractfile(member)
-            data = fh.read() if fh is not None else b""
-            if len(data) != member.size:
-                problems[key] = f"tar member {member.name} is truncated ({len(data)} of {member.size} bytes)"
-                break
-            sample[ext] = data
-    except (tarfile.TarError, OSError, EOFError) as err:
-        if not samples:
-            raise ShardReadError(f"shard {shard.path} is not a readable tar file: {err}") from err
-        last = next(reversed(samples))
-        problems.setdefault(last, f"tar ends inside a member ({err})")
-    finally:
-        archive.close()
-    for index, (key, sample) in enumerate(samples.items()):
-        yield _tar_row(shard, index, key, sample, problems.get(key))
+    rows_of_key: dict[str, list[int]] = {}
+    for index, sample in enumerate(samples):
+        rows_of_key.setdefault(sample.key, []).append(index)
+    for index, sample in enumerate(samples):
+        repeated = rows_of_key[sample.key]
+        if len(repeated) > 1:
+            sample.refuse(
+                f"key {sample.key} names {len(repeated)} samples of this shard (rows {repeated}; members "
+                f"{_member_names(sample)}): WebDataset reads each as a sample of its own, and scores are keyed by "
+                "key, so none of them is scored"
+            )
+        try:
+            yield _tar_row(shard, index, sample)
+        except Exception as err:  # one sample's content never ends the run: its row says what happened
+            problem = f"sample {sample.key} is unreadable ({type(err).__name__}: {err})"
+            yield ShardRow(
+                key=sample.key, shard=shard.name, index=index, caption=None, image=None, error=problem
+            )
 
 
-def _tar_row(shard: Shard, index: int, key: str, sample: dict, problem: str | None) -> ShardRow:
-    image = next((sample[e] for e in IMAGE_EXTENSIONS if e in sample), None)
-    raw = sample.get(CAPTION_EXTENSION)
+def _member_names(sample: TarSample) -> str:
+    return ", ".join(name for names in sample.members.values() for name in names)
+
+
+def _tar_row(shard: Shard, index: int, sample: TarSample) -> ShardRow:
+    key, fields = sample.key, sample.fields
+    images = [name for ext, names in sample.members.items() if ext in IMAGE_EXTENSIONS for name in names]
+    if len(images) > 1:
+        sample.refuse(
+            f"sample {key} has {len(images)} image members ({', '.join(images)}): which to score is unclear"
+        )
+    image = next((fields[e] for e in IMAGE_EXTENSIONS if e in fields), None)
+    raw = fields.get(CAPTION_EXTENSION)
     caption = None
     if raw is not None:
         try:
             caption = raw.decode("utf-8")
         except UnicodeDecodeError:
-            problem = problem or f"caption of {key} is not UTF-8"
-    references = _references(sample.get("json"))
-    if problem is None and image is None:
-        problem = f"sample {key} has no image member (found: {sorted('.' + e for e in sample) or 'none'})"
-    if problem is None and caption is None:
-        problem = f"sample {key} has no caption (.txt)"
-    if problem is None and not has_visible_text(caption):
-        problem = f"sample {key} has an empty caption (.txt){_invisible(caption)}"
+            sample.refuse(f"caption of {key} is not UTF-8")
+    references = None
+    if "json" in fields:
+        references, problem = sidecar_references(fields["json"], f"sample {key}", sample.members["json"][0])
+        if problem:
+            sample.refuse(problem)
+    if image is None:
+        sample.refuse(
+            f"sample {key} has no image member (found: {sorted('.' + e for e in sample.members) or 'none'})"
+        )
+    if raw is None or caption is not None:
+        problem = caption_problem(caption, f"sample {key}", " (.txt)")
+        if problem:
+            sample.refuse(problem)
     return ShardRow(
         key=key,
         shard=shard.name,
         index=index,
         caption=caption,
         image=image,
-        error=problem,
+        error=sample.problem,
         references=references,
     )
-
-
-def _invisible(caption: str | None) -> str:
-    """Why a caption that is not blank still counts as empty (the metrics' input checks refuse it too)."""
-    return " (only invisible characters)" if caption and caption.strip() else ""
-
-
-def _references(metadata: bytes | None) -> list[str] | None:
-    """The ``references`` list of a sample's ``.json`` member, if it has one (img2dataset's has none)."""
-    if metadata is None:
-        return None
-    try:
-        value = json.loads(metadata)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    refs = value.get("references") if isinstance(value, dict) else None
-    if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
-        return refs
-    return None
 
 
 def _pick(columns: Sequence[str], wanted: str | None, choices: Sequence[str], what: str, shard: Shard) -> str:
@@ -297,10 +266,8 @@ def choose_columns(
 
 
 def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | None) -> Iterator[ShardRow]:
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.read_table(shard.path)
+        table = CheckedParquet(shard.path, MAX_MEMBER_BYTES)  # columns read when asked, sizes checked first
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family for damaged files
         raise ShardReadError(f"shard {shard.path} is not a readable Parquet file: {err}") from err
     columns = table.column_names
@@ -323,8 +290,7 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
             image = str(base / image)  # paths are relative to the shard, as in a JSONL corpus
         if problem is None and (image is None or image == b""):
             problem = f"{where} has no image in column {image_col!r}"
-        caption_issue = caption_problem(caption, where)
-        problem = problem or (caption_issue and f"{caption_issue} in column {caption_col!r}")
+        problem = problem or caption_problem(caption, where, f" in column {caption_col!r}")
         references, refs_issue = references_problem(references, where)
         problem = problem or refs_issue
         yield ShardRow(
@@ -333,6 +299,6 @@ def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | 
             index=index,
             caption=caption if isinstance(caption, str) else None,
             image=image,
-            error=problem,
+            error=f"{where}: {table.problems[index]}" if index in table.problems else problem,
             references=references,
         )
