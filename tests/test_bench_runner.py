@@ -384,7 +384,7 @@ def test_metric_names_groups_and_import_specs_resolve():
         "cider",
         "spice",
     ]
-    assert [m.key for m in resolve_metric("text")] == ["wmd", "wembsim"]
+    assert [m.key for m in resolve_metric("text")] == ["wembsim", "wmd"]  # the declarations' order
     assert resolve_metric("tests.test_bench_runner:CountingMetric")[0].uses_references is False
     pac = resolve_metric("pacscore")[0]
     assert "checkpoint" in pac.unavailable()

@@ -66,8 +66,8 @@ def test_each_system_scores_as_the_metric_alone_and_images_are_encoded_once(
 
 
 def test_text_metrics_equal_their_own_calls_per_system(tiny_clip_dir):
-    result = score_systems(SYSTEMS, references=REFS, metrics=["text"])  # the group: wmd, wembsim
-    assert result.metrics == ["wmd", "wembsim"]
+    result = score_systems(SYSTEMS, references=REFS, metrics=["text"])  # the group: wembsim, wmd
+    assert result.metrics == ["wembsim", "wmd"]  # the declarations' order
     for name, captions in SYSTEMS.items():
         wmd = capeval.WMD()(captions, references=REFS)
         assert result.per_item[name]["wmd"] == pytest.approx(wmd["scores"], abs=1e-9)

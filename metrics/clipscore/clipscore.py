@@ -83,8 +83,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Clipscore(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "clipscore", its folder's name, in evaluate.combine's keys.
-    metric_label = "CLIPScore"
-    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "clipscore"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -92,9 +93,7 @@ class Clipscore(capeval.GuardedMetric, evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "images": datasets.Image(decode=False)}
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://github.com/jmhessel/clipscore",
             codebase_urls=["https://github.com/jmhessel/clipscore"],
             reference_urls=["https://arxiv.org/abs/2104.08718"],

@@ -102,12 +102,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Emscore(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "emscore", its folder's name, in evaluate.combine's keys.
-    metric_label = "EMScore"
-    # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
-    # empty list per prediction (evaluate stores every declared input).
-    references_input = "optional"
-    # Stored unchanged by capeval: a path, or the frames of an in-memory video each stored as an image.
-    media_input = "videos"
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "emscore"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -116,13 +113,7 @@ class Emscore(capeval.GuardedMetric, evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             # References may be empty lists (no references): one feature set serves the three variants.
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                    "videos": capeval.VIDEO_FEATURE,
-                }
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://github.com/ShiYaya/emscore",
             codebase_urls=["https://github.com/ShiYaya/emscore"],
             reference_urls=["https://arxiv.org/abs/2111.08919"],

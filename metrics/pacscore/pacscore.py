@@ -102,11 +102,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Pacscore(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "pacscore", its folder's name, in evaluate.combine's keys.
-    metric_label = "PACScore"
-    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
-    # Checked, with every prediction, by capeval before evaluate stores them; omitted references travel as one
-    # empty list per prediction (evaluate stores every declared input).
-    references_input = "optional"
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "pacscore"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -114,13 +112,7 @@ class Pacscore(capeval.GuardedMetric, evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                    "images": datasets.Image(decode=False),
-                }
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://github.com/aimagelab/pacscore",
             codebase_urls=["https://github.com/aimagelab/pacscore"],
             reference_urls=["https://arxiv.org/abs/2303.12112"],

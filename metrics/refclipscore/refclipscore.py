@@ -89,9 +89,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "refclipscore", its folder's name, in evaluate.combine's keys.
-    metric_label = "RefCLIPScore"
-    references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
-    media_input = "images"  # stored unchanged by capeval (datasets.Image(decode=False), read by capeval)
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "refclipscore"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -99,13 +99,7 @@ class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                    "images": datasets.Image(decode=False),
-                }
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://github.com/jmhessel/clipscore",
             codebase_urls=["https://github.com/jmhessel/clipscore"],
             reference_urls=["https://arxiv.org/abs/2104.08718"],

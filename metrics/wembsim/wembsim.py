@@ -67,8 +67,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Wembsim(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "wembsim", its folder's name, in evaluate.combine's keys.
-    metric_label = "WEmbSim"
-    references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "wembsim"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -76,12 +77,7 @@ class Wembsim(capeval.GuardedMetric, evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://arxiv.org/abs/2012.13137",
             reference_urls=["https://arxiv.org/abs/2012.13137"],
         )

@@ -77,8 +77,9 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Wmd(capeval.GuardedMetric, evaluate.Metric):
     # evaluate names a module after its class: "wmd", its folder's name, in evaluate.combine's keys.
-    metric_label = "WMD"
-    references_input = "required"  # checked, with every prediction, by capeval before evaluate stores them
+    # The declaration of the metric (capeval.registry) sets what the module reads and stores: references,
+    # images or videos (stored unchanged by capeval), and how messages name it.
+    metric = "wmd"
 
     def _info(self):
         return evaluate.MetricInfo(
@@ -86,12 +87,7 @@ class Wmd(capeval.GuardedMetric, evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
+            features=datasets.Features(self.declared_features()),
             homepage="https://github.com/tylin/coco-caption",
             codebase_urls=["https://github.com/tylin/coco-caption/blob/master/pycocoevalcap/wmd/wmd.py"],
             reference_urls=[

@@ -18,6 +18,7 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
 from capeval.diagnostics.categories import HarmonicMeanWarning, user_stacklevel
+from capeval.registry import MetricSpec, Option, Output
 from capeval.scores import (
     NEAR_ZERO_DENOMINATOR,
     W_CLIP_S,
@@ -258,3 +259,43 @@ class RefCLIPScore(CLIPScore):
             "clip_s_scores": clip_per.tolist(),
             "signature": self.signature,
         }
+
+
+_CLIP_OPTIONS = (
+    Option("model", DEFAULT_MODEL, "Hessel et al. 2021 report CLIP-S with ViT-B/32"),
+    Option("device", None, "capeval: the first GPU if any, else the CPU", signed=False),
+    Option("dtype", "float32", "capeval: the authors' precision"),
+    Option("batch_size", BATCH_SIZE, "capeval", signed=False),
+    Option("prefix", None, "Hessel et al. 2021, sec. 3 ('A photo depicts'), or the model family's prompt"),
+    Option("w", W_CLIP_S, "Hessel et al. 2021, sec. 3"),
+    Option("num_workers", None, "capeval: image-reading threads", signed=False, in_module=False),
+    Option("progress", None, "capeval: a bar on a terminal", signed=False, in_module=False),
+    # The name of run-wide PAC-S weights elsewhere (--checkpoint); here, other weights for the CLIP backbone.
+    Option("checkpoint", None, "capeval: the backbone's own weights", in_module=False, run_wide=False),
+)
+_CLIPSCORE_NOTE = "benchmarks whose images are given (--image-root)"
+
+SPEC = MetricSpec(
+    name="clipscore",
+    label="CLIPScore",
+    scorer=CLIPScore,
+    result_keys=("clipscore", "scores", "signature"),
+    options=_CLIP_OPTIONS,
+    images="required",
+    outputs=(Output("clipscore", "CLIP-S", uses_images=True, column="CLIPScore", note=_CLIPSCORE_NOTE),),
+)
+REF_SPEC = MetricSpec(
+    name="refclipscore",
+    label="RefCLIPScore",
+    scorer=RefCLIPScore,
+    result_keys=("refclipscore", "scores", "clip_s", "clip_s_scores", "signature"),
+    options=(*_CLIP_OPTIONS, Option("clip_reference_cosine", False, "Hessel et al.'s code: the cosine unclipped")),
+    images="required",
+    references="required",
+    row_columns=("clip_s",),
+    outputs=(
+        Output("refclipscore", "RefCLIP-S", uses_references=True, uses_images=True, column="RefCLIPScore",
+               note=_CLIPSCORE_NOTE),
+    ),
+)  # fmt: skip
+SPECS = (SPEC, REF_SPEC)

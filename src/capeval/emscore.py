@@ -38,6 +38,7 @@ from capeval.emscore_matching import (
     uniform_weights,
     video_embedding,
 )
+from capeval.registry import MetricSpec, Option, Output
 from capeval.signature import build_signature
 from capeval.validation import (
     check_options,
@@ -332,6 +333,38 @@ class EMScore:
                 self.name, self.signature_options(idf_name, variant, decoded), ("transformers", "torch")
             ),
         }
+
+
+SPEC = MetricSpec(
+    name="emscore",
+    label="EMScore",
+    scorer=EMScore,
+    result_keys=("emscore", "scores", "variant", "details", "signature"),
+    options=(
+        Option("model", None, "Shi et al. 2022: the CLIP of the checkpoint, else ViT-B/32"),
+        Option("device", None, "capeval: the first GPU if any, else the CPU", signed=False),
+        Option("dtype", "float32", "capeval: the authors' precision"),
+        Option("batch_size", BATCH_SIZE, "capeval", signed=False),
+        Option("num_frames", NUM_FRAMES, "Shi et al. 2022, emscore/utils.py: every frame"),
+        Option("idf", True, "Shi et al. 2022: IDF from the references, else the candidates"),
+        Option("checkpoint", None, "capeval: PAC-S weights for the CLIP backbone (PAC-S's EMScore)"),
+        Option("num_workers", None, "capeval: video-decoding threads", signed=False, in_module=False),
+        Option("progress", None, "capeval: a bar on a terminal", signed=False, in_module=False),
+        Option("batch_padding", "exclude", "capeval: padding tokens left out (the authors' code counts them)"),
+    ),
+    videos="optional",
+    references="optional",
+    per_item=False,  # IDF weights come from the whole call's references
+    outputs=(
+        # The reference-only variant: VATEX-EVAL without videos. IDF comes from the call's references.
+        Output("emscore", "EMScore(X,X*)", uses_references=True,
+               note="every benchmark with references, as the reference-only EMScore(X,X*); on VATEX-EVAL the 1- "
+               "and 9-reference columns (the videos are not read: EMScore(X,V) and (X,V,X*) are not run by the "
+               "harness)"),
+    ),
+)  # fmt: skip
+
+SPECS = (SPEC,)
 
 
 __all__ = ["EMScore", "IdfTable", "VIDEO", "TEXT", "BOTH", "BATCH_PADDING"]

@@ -22,6 +22,7 @@ from capeval.clip.checkpoints.load import checkpoint_geometry, missing_checkpoin
 from capeval.clip.checkpoints.locate import resolve_checkpoint
 from capeval.clip.tokenization import PREFIX
 from capeval.clipscore import CLIPScore, RefCLIPScore
+from capeval.registry import MetricSpec, Option, Output
 from capeval.scores import W_PAC_S
 from capeval.validation import check_options, check_signature_text
 
@@ -120,3 +121,33 @@ class PACScore(RefCLIPScore):
             "refpacscore_scores": out["scores"],
             "signature": out["signature"],
         }
+
+
+_NOTE = "benchmarks whose images are given (--image-root)"
+SPEC = MetricSpec(
+    name="pacscore",
+    label="PACScore",
+    scorer=PACScore,
+    result_keys=("pacscore", "scores", "refpacscore", "refpacscore_scores", "signature"),
+    options=(
+        Option("checkpoint", None, "Sarto et al. 2023: the authors' released weights",
+               required="the authors' weights"),
+        Option("model", None, "the base model the checkpoint names"),
+        Option("device", None, "capeval: the first GPU if any, else the CPU", signed=False),
+        Option("dtype", "float32", "capeval: the authors' precision"),
+        Option("batch_size", BATCH_SIZE, "capeval", signed=False),
+        Option("prefix", PREFIX, "Sarto et al. 2023's code: CLIP-S's prompt"),
+        Option("w", W_PAC_S, "Sarto et al. 2023, sec. 4"),
+        Option("num_workers", None, "capeval: image-reading threads", signed=False, in_module=False),
+        Option("progress", None, "capeval: a bar on a terminal", signed=False, in_module=False),
+        Option("clip_reference_cosine", False, "Sarto et al.'s code: the cosine unclipped"),
+    ),
+    images="required",
+    references="optional",
+    outputs=(
+        Output("pacscore", "PAC-S", uses_images=True, column="PAC-S", note=_NOTE),
+        Output("refpacscore", "RefPAC-S", "refpacscore_scores", uses_references=True, uses_images=True,
+               column="RefPAC-S", note=_NOTE),
+    ),
+)  # fmt: skip
+SPECS = (SPEC,)

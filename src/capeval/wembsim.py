@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from capeval.registry import MetricSpec, Option, Output
 from capeval.scores import WEMBSIM_ABSOLUTE_COSINE, reduce_over_references, reference_cosines
 from capeval.signature import build_signature
 from capeval.text.documents import mean_embeddings, prepare_batch
@@ -127,3 +128,23 @@ class WEmbSim:
             "reference_scores": [list(x) for x in np.split(np.array(per_ref, dtype=object), split)],
             "signature": self.signature,
         }
+
+
+SPEC = MetricSpec(
+    name="wembsim",
+    label="WEmbSim",
+    scorer=WEmbSim,
+    result_keys=("wembsim", "scores", "reference_scores", "signature"),
+    options=(
+        Option("vectors", None, "capeval: the packaged GloVe-6B-50d"),
+        Option("reduction", REDUCTION, "Sharif et al. 2020: the mean over references"),
+        Option("stopwords", "coco", "capeval: the COCO toolkit's list, as WMD"),
+        Option("normalize_vectors", False, "capeval: raw vectors, as WMD"),
+        Option("tokenizer", "ptb", "capeval: PTB tokens, as WMD", in_module=False),
+        Option("absolute_cosine", WEMBSIM_ABSOLUTE_COSINE, "Sharif et al. 2020's code"),
+    ),
+    references="required",
+    families="vectors",
+    outputs=(Output("wembsim", "WEmbSim", uses_references=True, note="every benchmark with references"),),
+)  # fmt: skip
+SPECS = (SPEC,)

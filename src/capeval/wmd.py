@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from capeval.registry import MetricSpec, Option, Output
 from capeval.signature import build_signature
 from capeval.text.documents import CaptionBatch, prepare_batch
 from capeval.text.stopwords import resolve_stopwords
@@ -162,3 +163,25 @@ def _check_document_sizes(batch: CaptionBatch) -> None:
         f"reference {int(batch.position[k])} of item {int(batch.owner[k])} has "
         f"{int(sizes[batch.reference_doc[k]]):,} distinct in-vocabulary words; {why}"
     )
+
+
+SPEC = MetricSpec(
+    name="wmd",
+    label="WMD",
+    scorer=WMD,
+    result_keys=("wmd", "scores", "distances", "signature"),
+    options=(
+        Option("vectors", None, "capeval: the packaged GloVe-6B-50d (the COCO toolkit used word2vec-300)"),
+        Option("sigma", SIGMA, "tylin/coco-caption pycocoevalcap/wmd/wmd.py"),
+        Option("normalize_vectors", False, "gensim 3, as the COCO toolkit ran it: raw vectors"),
+        Option("stopwords", "coco", "tylin/coco-caption: its stopword list"),
+        Option("tokenizer", "ptb", "tylin/coco-caption: PTB tokens", in_module=False),
+        Option("prune", True, "capeval: words that cannot change the transport skipped (exact)", signed=False,
+               in_module=False),
+        Option("num_workers", None, "capeval: transport threads", signed=False),
+    ),
+    references="required",
+    families="vectors",
+    outputs=(Output("wmd", "WMD", uses_references=True, note="every benchmark with references"),),
+)  # fmt: skip
+SPECS = (SPEC,)

@@ -26,11 +26,25 @@ import numpy as np
 
 from capeval.bench.baselines import CocoBaseline, LengthBaseline
 
-GROUPS = {
-    "baselines": ["bleu1", "bleu4", "meteor", "rougeL", "cider", "spice"],
-    "text": ["wmd", "wembsim"],
-    "image": ["clipscore", "refclipscore", "pacscore", "refpacscore"],
-}
+BASELINE_GROUP = ["bleu1", "bleu4", "meteor", "rougeL", "cider", "spice"]
+
+
+def capeval_outputs() -> dict:
+    """``{table key: (MetricSpec, Output)}`` of every score the registered metrics offer to tables."""
+    from capeval.registry import specs
+
+    return {out.key: (declared, out) for declared in specs().values() for out in declared.tables()}
+
+
+def groups() -> dict[str, list[str]]:
+    """The metric groups: the pycocoevalcap ``baselines``, the word-vector metrics (``text``), and every score
+    that reads images (``image``)."""
+    outputs = capeval_outputs()
+    return {
+        "baselines": list(BASELINE_GROUP),
+        "text": [key for key, (declared, _) in outputs.items() if declared.families == "vectors"],
+        "image": [key for key, (_, out) in outputs.items() if out.uses_images],
+    }
 
 
 class BenchMetric:
@@ -152,9 +166,8 @@ def display_name(key: str) -> str:
 
     if key in KINDS:
         return KINDS[key][0]
-    if key in CAPEVAL_METRICS:
-        return CAPEVAL_METRICS[key][1]
-    return key
+    outputs = capeval_outputs()
+    return outputs[key][1].display if key in outputs else key
 
 
 def _wrap(obj) -> BenchMetric:
@@ -169,58 +182,19 @@ def _wrap(obj) -> BenchMetric:
     )
 
 
-_IMAGE_OPTIONS = ("model", "device", "dtype", "batch_size", "prefix", "w", "progress")
-
-# key: (capeval class, display name, uses references, uses images, result key, options it takes)
-CAPEVAL_METRICS = {
-    "wmd": ("WMD", "WMD", True, False, "scores", ("vectors",)),
-    "wembsim": ("WEmbSim", "WEmbSim", True, False, "scores", ("vectors",)),
-    "clipscore": ("CLIPScore", "CLIP-S", False, True, "scores", _IMAGE_OPTIONS),
-    "refclipscore": ("RefCLIPScore", "RefCLIP-S", True, True, "scores", _IMAGE_OPTIONS),
-    "pacscore": ("PACScore", "PAC-S", False, True, "scores", ("checkpoint", *_IMAGE_OPTIONS)),
-    "refpacscore": (
-        "PACScore",
-        "RefPAC-S",
-        True,
-        True,
-        "refpacscore_scores",
-        ("checkpoint", *_IMAGE_OPTIONS),
-    ),
-    # The reference-only variant: VATEX-EVAL without videos. IDF comes from the call's references.
-    "emscore": (
-        "EMScore",
-        "EMScore(X,X*)",
-        True,
-        False,
-        "scores",
-        ("checkpoint", "model", "device", "dtype", "batch_size"),
-    ),
-}
-CORPUS_LEVEL = {"emscore"}
-
-
-# What each capeval metric reads and fills, for ``capeval bench list`` (the runner's rules, in words).
-CAPEVAL_METRIC_NOTES = {
-    "wmd": "every benchmark with references",
-    "wembsim": "every benchmark with references",
-    "clipscore": "benchmarks whose images are given (--image-root)",
-    "refclipscore": "benchmarks whose images are given (--image-root)",
-    "pacscore": "benchmarks whose images are given (--image-root)",
-    "refpacscore": "benchmarks whose images are given (--image-root)",
-    "emscore": "every benchmark with references, as the reference-only EMScore(X,X*); on VATEX-EVAL the 1- and "
-    "9-reference columns (the videos are not read: EMScore(X,V) and (X,V,X*) are not run by the harness)",
-}
-
-
 def _looks_like_file(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec).suffix != ""
 
 
-def _capeval_unavailable(key: str, kwargs: dict) -> str | None:
+def _capeval_unavailable(declared, display: str, kwargs: dict) -> str | None:
     """Why a capeval metric cannot run with these options, found without loading a model or vectors."""
-    class_name, takes = CAPEVAL_METRICS[key][0], CAPEVAL_METRICS[key][5]
-    if class_name == "PACScore" and "checkpoint" not in kwargs:
-        return "PAC-S needs the authors' weights: pass --checkpoint (see capeval.PACScore)"
+    for option in declared.options:
+        if option.required and option.name not in kwargs:
+            return (
+                f"{display} needs {option.required}: pass --{option.name.replace('_', '-')} "
+                f"(see capeval.{declared.scorer.__name__})"
+            )
+    takes = declared.option_names()
     checkpoint = kwargs.get("checkpoint")
     if (
         isinstance(checkpoint, str)
@@ -246,17 +220,15 @@ def _capeval_unavailable(key: str, kwargs: dict) -> str | None:
 
 
 def _capeval_metric(key: str, **options) -> BenchMetric:
-    import capeval
-
-    class_name, display, uses_refs, uses_images, score_key, takes = CAPEVAL_METRICS[key]
-    kwargs = {k: v for k, v in options.items() if v is not None and k in takes}
-    cls = getattr(capeval, class_name)
+    declared, out = capeval_outputs()[key]
+    kwargs = {k: v for k, v in declared.run_options(options).items() if v is not None}
     state: dict[str, object] = {}
+    several = len(declared.tables()) > 1
 
     def scorer():
         # Built on first use, so a run that skips the metric (no images here) never loads a model.
         if "obj" not in state:
-            state["obj"] = cls(**kwargs)
+            state["obj"] = declared.scorer(**kwargs)
         return state["obj"]
 
     class Lazy:
@@ -266,9 +238,9 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
 
         def __call__(self, predictions, references=None, images=None):
             call = {}
-            if uses_refs:
+            if out.uses_references:
                 call["references"] = references
-            if uses_images:
+            if out.uses_images:
                 call["images"] = images
             return scorer()(predictions, **call)
 
@@ -276,21 +248,21 @@ def _capeval_metric(key: str, **options) -> BenchMetric:
         def signature(self):
             sig = getattr(scorer(), "signature", None)
             # PAC-S and RefPAC-S come from one scorer with one signature: tell their cached scores apart.
-            return f"{sig}|output={score_key}" if sig and class_name == "PACScore" else sig
+            return f"{sig}|output={out.scores}" if sig and several else sig
 
         def unavailable(self) -> str | None:
             if "unavailable" not in state:
-                state["unavailable"] = _capeval_unavailable(key, kwargs)
+                state["unavailable"] = _capeval_unavailable(declared, out.display, kwargs)
             return state["unavailable"]
 
     return BenchMetric(
         Lazy(),
         key,
-        display,
-        uses_references=uses_refs,
-        uses_images=uses_images,
-        score_key=score_key,
-        corpus_level=key in CORPUS_LEVEL,
+        out.display,
+        uses_references=out.uses_references,
+        uses_images=out.uses_images,
+        score_key=out.scores,
+        corpus_level=not declared.per_item,
     )
 
 
@@ -343,8 +315,23 @@ def metric_from_callable(fn: Callable, key: str | None = None, **kwargs) -> Benc
 
 
 BASELINE_NAMES = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rougeL", "cider", "spice")
-# Every name resolve_metric accepts (besides groups and import specs), in the order ``capeval bench list`` shows.
-METRIC_NAMES = (*BASELINE_NAMES, "length", *CAPEVAL_METRICS)
+
+
+def metric_names() -> tuple[str, ...]:
+    """Every name ``resolve_metric`` accepts (besides groups and import specs), in the order ``capeval bench
+    list`` shows."""
+    return (*BASELINE_NAMES, "length", *capeval_outputs())
+
+
+def __getattr__(name: str):
+    # Read from the metrics' declarations, which import the metric modules (and torch): only when asked for.
+    if name == "GROUPS":
+        return groups()
+    if name == "METRIC_NAMES":
+        return metric_names()
+    if name == "CAPEVAL_METRIC_NOTES":
+        return {key: out.note for key, (_, out) in capeval_outputs().items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_metric(spec: str | Callable | BenchMetric, **options) -> list[BenchMetric]:
@@ -357,27 +344,28 @@ def resolve_metric(spec: str | Callable | BenchMetric, **options) -> list[BenchM
         return [spec]
     if callable(spec):
         return [metric_from_callable(spec)]
-    if spec in GROUPS:
-        return [m for s in GROUPS[spec] for m in resolve_metric(s, **options)]
+    all_groups = groups()
+    if spec in all_groups:
+        return [m for s in all_groups[spec] for m in resolve_metric(s, **options)]
     if spec in BASELINE_NAMES:
         return [_wrap(CocoBaseline(spec))]
     if spec == "length":
         return [_wrap(LengthBaseline())]
-    if spec in CAPEVAL_METRICS:
+    if spec in capeval_outputs():
         return [_capeval_metric(spec, **options)]
     if ":" in spec:
         return [metric_from_callable(_import(spec), key=spec.rsplit(":", 1)[1])]
     raise ValueError(
         f"unknown metric {spec!r}: use a baseline (bleu1, bleu4, meteor, rougeL, cider, spice, length), "
-        f"a capeval metric ({', '.join(CAPEVAL_METRICS)}), a group ({', '.join(GROUPS)}) "
+        f"a capeval metric ({', '.join(capeval_outputs())}), a group ({', '.join(all_groups)}) "
         "or package.module:callable"
     )
 
 
 def _unknown(spec) -> bool:
     return isinstance(spec, str) and not (
-        spec in GROUPS
-        or spec in METRIC_NAMES
+        spec in groups()
+        or spec in metric_names()
         or (":" in spec and spec.rpartition(":")[0] and spec.rpartition(":")[2])
     )
 
@@ -402,11 +390,11 @@ def resolve_metrics(
     if unknown:
         raise ValueError(
             f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: use "
-            f"{', '.join(METRIC_NAMES)}, a group ({', '.join(GROUPS)}) or package.module:callable"
+            f"{', '.join(metric_names())}, a group ({', '.join(groups())}) or package.module:callable"
         )
     out: dict[str, BenchMetric] = {}
     for spec in specs:
-        group = spec if isinstance(spec, str) and spec in GROUPS else None
+        group = spec if isinstance(spec, str) and spec in groups() else None
         for m in resolve_metric(spec, **options):
             if m.key not in out:
                 m.group = group
@@ -426,10 +414,11 @@ def metric_needs(name: str) -> str:
     needs = [reads or "the candidate only"]
     if name in BASELINE_NAMES:
         needs.append("pycocoevalcap and Java")
-    if name in CAPEVAL_METRICS:
-        takes = CAPEVAL_METRICS[name][5]
-        if "checkpoint" in takes and CAPEVAL_METRICS[name][0] == "PACScore":
-            needs.append("--checkpoint")
+    outputs = capeval_outputs()
+    if name in outputs:
+        declared = outputs[name][0]
+        takes = declared.option_names()
+        needs += [f"--{o.name}" for o in declared.options if o.required]
         if "model" in takes:
             needs.append("a CLIP model (--model)")
         if "vectors" in takes:

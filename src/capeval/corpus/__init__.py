@@ -16,7 +16,6 @@ _PUBLIC = {
     "score_corpus": "capeval.corpus.run",
     "CorpusResult": "capeval.corpus.run",
     "CHUNK_SIZE": "capeval.corpus.run",
-    "IMAGE_METRICS": "capeval.corpus.run",
     "score_distributed": "capeval.corpus.distributed",
     "process_state": "capeval.corpus.distributed",
     "EmbeddingCache": "capeval.corpus.embedding_cache",

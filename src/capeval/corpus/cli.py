@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from capeval.corpus.run import CHUNK_SIZE, IMAGE_METRICS, score_corpus
+from capeval.corpus.run import CHUNK_SIZE, score_corpus
+from capeval.registry import row_image_metrics
 from capeval.validation import check_count, check_finite_number, cli_type
 
 
@@ -19,7 +20,7 @@ def add_corpus_arguments(parser) -> None:
         help="JSONL file or folder, image folder, save_to_disk folder or dataset name",
     )
     group.add_argument("--output", metavar="DIR", help="output folder (rerun with the same folder to resume)")
-    group.add_argument("--metric", default="clipscore", choices=IMAGE_METRICS)
+    group.add_argument("--metric", default="clipscore", choices=row_image_metrics())
     # No default: an explicit column is used as given; unset, it is "caption"/"image" for JSONL corpora and
     # chosen once per run from the first Parquet shard's columns (written in run.json).
     group.add_argument("--caption-column", default=None)

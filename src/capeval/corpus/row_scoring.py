@@ -21,31 +21,32 @@ from typing import Any
 
 import numpy as np
 
-# Metrics that score one row from its own image, caption (and references): their per-row values do not
-# depend on the other rows of a batch, so a corpus can be cut anywhere.
-ROW_METRICS = ("clipscore", "refclipscore", "pacscore")
-NEEDS_REFERENCES = {"refclipscore"}
-
 
 def check_row_metrics(metrics: Sequence[str]) -> list[str]:
-    """The metric names, checked: a non-empty list of distinct per-row image metrics.
+    """The metric names, checked: a non-empty list of distinct per-row image metrics
+    (``capeval.registry.row_image_metrics``: their per-row values do not depend on the other rows of a batch,
+    so a corpus can be cut anywhere).
 
     Raises:
         ValueError: an unknown name or a metric whose per-row score depends on the corpus, named.
     """
+    from capeval.registry import row_image_metrics, specs
+
+    allowed = row_image_metrics()
     if isinstance(metrics, str):
         metrics = [metrics]
     names = list(metrics)
     if not names:
-        raise ValueError(f"give at least one metric ({', '.join(ROW_METRICS)})")
+        raise ValueError(f"give at least one metric ({', '.join(allowed)})")
     for i, name in enumerate(names):
-        if name not in ROW_METRICS:
+        if name not in allowed:
+            known = specs().get(name)
             why = (
                 "its per-row scores depend on the whole corpus (IDF), so it cannot be cut into shards"
-                if name == "emscore"
+                if known is not None and not known.per_item
                 else "corpus scoring takes the image metrics"
             )
-            raise ValueError(f"metric {i} {name!r} cannot score shards: {why} ({', '.join(ROW_METRICS)})")
+            raise ValueError(f"metric {i} {name!r} cannot score shards: {why} ({', '.join(allowed)})")
     if len(set(names)) != len(names):
         raise ValueError(f"metrics repeat: {names}")
     return names
@@ -116,22 +117,23 @@ class RowScorer:
     """The asked metrics, built once (one backbone load per model), scoring prepared batches.
 
     Args:
-        metrics: per-row metric names (``ROW_METRICS``).
+        metrics: per-row image metric names (``capeval.registry.row_image_metrics``).
         options: metric options (``model``, ``device``, ``dtype``, ``prefix``, ``w``, ``checkpoint``);
             each metric gets those it takes.
         embeddings: also return ``image_embedding`` and ``text_embedding`` (float16) of the first metric.
     """
 
     def __init__(self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool = False) -> None:
-        from capeval.registry import accepted_options, build_scorer, metric_class
+        from capeval.registry import build_scorer, spec
 
         self.metrics = check_row_metrics(metrics)
         self.scorers = {}
+        self.needs_references = {name for name in self.metrics if spec(name).needs("references")}
+        self.reads_references = {name for name in self.metrics if spec(name).reads("references")}
+        self._row_columns = {name: spec(name).row_columns for name in self.metrics}
         for name in self.metrics:
-            taken = accepted_options(metric_class(name))
-            self.scorers[name] = build_scorer(
-                name, **{k: v for k, v in options.items() if k in taken}, progress=False
-            )
+            taken = spec(name).run_options({**options, "progress": False})
+            self.scorers[name] = build_scorer(name, **taken)
         self.embeddings = embeddings
         first = self.scorers[self.metrics[0]]
         self.image_size = first.backbone.image_size
@@ -146,10 +148,10 @@ class RowScorer:
         return {name: scorer.signature for name, scorer in self.scorers.items()}
 
     def columns(self) -> list[str]:
-        """The score columns this scorer writes, in order (``refclipscore`` adds ``clip_s``)."""
+        """The score columns this scorer writes, in order (each metric's headline and its ``row_columns``)."""
         names: list[str] = []
         for name in self.metrics:
-            names += [name, "clip_s"] if name == "refclipscore" else [name]
+            names += [name, *self._row_columns[name]]
         return list(dict.fromkeys(names))
 
     def score(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +174,7 @@ class RowScorer:
         image_emb = text_emb = None
         for name, scorer in self.scorers.items():
             rows = [i for i in live if errors[i] is None]
-            if name in NEEDS_REFERENCES:
+            if name in self.needs_references:
                 for i in rows:
                     errors[i] = _references_problem(batch["key"][i], batch["references"][i], name)
                 rows = [i for i in rows if errors[i] is None]
@@ -192,7 +194,7 @@ class RowScorer:
             vectors = torch.stack([encoded[id(backbone)][i] for i in rows])
             kwargs: dict[str, Any] = {"image_embeds": vectors}
             refs = [batch["references"][i] for i in rows]
-            if name != "clipscore" and all(refs):
+            if name in self.reads_references and all(refs):
                 kwargs["references"] = refs
             captions = [batch["caption"][i] for i in rows]
             result = scorer(captions, **kwargs)

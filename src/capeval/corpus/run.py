@@ -65,7 +65,7 @@ from capeval.corpus.outputs import (
 from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
 from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
 from capeval.diagnostics.run_warnings import summarised_warnings
-from capeval.registry import build_scorer, call_inputs
+from capeval.registry import build_scorer, call_inputs, row_image_metrics, spec
 
 __all__ = [
     "CorpusResult",
@@ -78,7 +78,6 @@ __all__ = [
 ]
 
 CHUNK_SIZE = 1024  # rows per part: the unit of resumption and of memory use
-IMAGE_METRICS = ("clipscore", "refclipscore", "pacscore")
 
 
 @dataclass
@@ -235,11 +234,13 @@ def score_corpus(
 
     caption_column = caption_column or "caption"
     image_column = image_column or "image"
-    if metric not in IMAGE_METRICS:
-        raise ValueError(f"corpus scoring takes an image metric ({', '.join(IMAGE_METRICS)}), got {metric!r}")
+    image_metrics = row_image_metrics()
+    if metric not in image_metrics:
+        raise ValueError(f"corpus scoring takes an image metric ({', '.join(image_metrics)}), got {metric!r}")
+    needs_refs = spec(metric).needs("references")
     _check_run_arguments(chunk_size, threshold, num_workers)
-    if metric == "refclipscore" and references_column is None:
-        raise ValueError("refclipscore needs references: name their column (references_column=...)")
+    if needs_refs and references_column is None:
+        raise ValueError(f"{metric} needs references: name their column (references_column=...)")
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     state = process_state(options.get("device"))
@@ -249,7 +250,6 @@ def score_corpus(
     scorer = build_scorer(metric, **options)
     src = open_source(source, image_column, split)
     columns = Columns(caption_column, image_column, references_column, id_column)
-    needs_refs = metric == "refclipscore"
     manifest = {
         "format": FORMAT,
         "metric": metric,

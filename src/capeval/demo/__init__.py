@@ -14,11 +14,10 @@ from __future__ import annotations
 from capeval.demo.builder import build_demo, launch, read_card
 from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
 from capeval.demo.panel import Panel, Scored
-from capeval.demo.panels import PANELS, get_panel
+from capeval.demo.panels import get_panel, panel_class
 
 __all__ = [
     "DEFAULT_LIMITS",
-    "PANELS",
     "InputError",
     "Limits",
     "Panel",
@@ -26,5 +25,6 @@ __all__ = [
     "build_demo",
     "get_panel",
     "launch",
+    "panel_class",
     "read_card",
 ]

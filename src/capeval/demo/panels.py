@@ -1,21 +1,39 @@
-"""The panel of each metric, by name."""
+"""The panel of each metric, by name: found in the panel module of the metric's inputs.
+
+Images, videos and word-vector metrics each have a module of panels (``panels_image``, ``panels_video``,
+``panels_text``); a metric's panel is the ``Panel`` there whose ``metric`` is its name. Only that module is
+imported, so one Space loads only what it shows.
+"""
 
 from __future__ import annotations
 
+import inspect
 from importlib import import_module
 
 from capeval.demo.limits import DEFAULT_LIMITS, Limits
 from capeval.demo.panel import Panel
 
-# metric -> "module:Class"; imported on demand so one Space loads only what it shows.
-PANELS = {
-    "clipscore": "capeval.demo.panels_image:CLIPScorePanel",
-    "refclipscore": "capeval.demo.panels_image:RefCLIPScorePanel",
-    "pacscore": "capeval.demo.panels_image:PACScorePanel",
-    "wmd": "capeval.demo.panels_text:WMDPanel",
-    "wembsim": "capeval.demo.panels_text:WEmbSimPanel",
-    "emscore": "capeval.demo.panels_video:EMScorePanel",
-}
+
+def _panel_module(metric: str) -> str:
+    from capeval.registry import spec
+
+    declared = spec(metric)
+    if declared.reads("videos"):
+        return "capeval.demo.panels_video"
+    return "capeval.demo.panels_image" if declared.reads("images") else "capeval.demo.panels_text"
+
+
+def panel_class(metric: str) -> type[Panel]:
+    """The ``Panel`` class of ``metric``.
+
+    Raises:
+        ValueError: an unknown metric, or one without a demo panel.
+    """
+    module = import_module(_panel_module(metric))
+    for _, cls in inspect.getmembers(module, inspect.isclass):
+        if issubclass(cls, Panel) and getattr(cls, "metric", None) == metric:
+            return cls
+    raise ValueError(f"no demo panel for {metric!r} in {module.__name__}")
 
 
 def get_panel(metric: str, limits: Limits = DEFAULT_LIMITS) -> Panel:
@@ -24,7 +42,4 @@ def get_panel(metric: str, limits: Limits = DEFAULT_LIMITS) -> Panel:
     Raises:
         ValueError: a metric without a demo panel.
     """
-    if metric not in PANELS:
-        raise ValueError(f"no demo panel for {metric!r}; panels exist for {', '.join(PANELS)}")
-    module, cls = PANELS[metric].split(":")
-    return getattr(import_module(module), cls)(limits)
+    return panel_class(metric)(limits)

@@ -73,6 +73,7 @@ class GuardedMetric:
     """Mixin before ``evaluate.Metric`` in capeval's modules: ``class Clipscore(capeval.GuardedMetric, evaluate.Metric)``.
 
     Attributes:
+        metric: the metric's name (``capeval.registry``); its declaration sets the three attributes below.
         references_input: ``"required"`` (refclipscore, wmd, wembsim); ``"optional"`` (pacscore, emscore:
             omitted, or an empty list for every prediction, means none); ``"ignored"`` (clipscore declares no
             references: evaluate drops them, so a text metric's references can pass through
@@ -84,9 +85,41 @@ class GuardedMetric:
             its class (``refclipscore``), which is its folder's name.
     """
 
+    metric: str | None = None
     references_input = "ignored"
     media_input: str | None = None
     metric_label: str | None = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # A module names its metric; what it reads and how it is called come from the metric's declaration.
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("metric") is None:
+            return
+        from capeval.registry import spec
+
+        declared = spec(cls.metric)
+        cls.references_input = {"required": "required", "optional": "optional", "none": "ignored"}[
+            declared.references
+        ]
+        cls.media_input = declared.media
+        cls.metric_label = declared.label
+
+    @classmethod
+    def declared_features(cls) -> dict:
+        """The module's ``datasets`` features, from its metric's declaration: ``predictions``, ``references``
+        where the metric reads them, and its images (undecoded ``datasets.Image``) or videos (paths)."""
+        import datasets
+
+        from capeval.integrations.evaluate_storage import VIDEO_FEATURE
+
+        features: dict = {"predictions": datasets.Value("string")}
+        if cls.references_input != "ignored":
+            features["references"] = datasets.Sequence(datasets.Value("string"))
+        if cls.media_input == "images":
+            features["images"] = datasets.Image(decode=False)
+        elif cls.media_input == "videos":
+            features["videos"] = VIDEO_FEATURE
+        return features
 
     def __init__(self, *args, **kwargs) -> None:
         if self.references_input not in REFERENCES:

@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from capeval.registry import METRIC_CLASSES, accepted_options, call_inputs, metric_class
+from capeval.registry import call_inputs, spec
 from capeval.validation import has_visible_text
 
 logger = logging.getLogger(__name__)
-UNSUPPORTED = {"emscore": "emscore scores videos; the Trainer hooks pair predictions with images"}
 
 
 def _as_array(x) -> np.ndarray:
@@ -114,20 +113,15 @@ class CaptionMetrics:
         shared = dict(options or {})
         self.scorers: dict[str, Any] = {}
         for name, own in per_metric.items():
-            if name in UNSUPPORTED:
-                raise ValueError(UNSUPPORTED[name])
-            if name not in METRIC_CLASSES:
-                raise ValueError(f"unknown metric {name!r}; choose from {', '.join(sorted(METRIC_CLASSES))}")
-            cls = metric_class(name)
-            accepted = accepted_options(cls)
+            declared = spec(name)
+            if declared.reads("videos"):
+                raise ValueError(f"{name} scores videos; the Trainer hooks pair predictions with images")
             # Shared options go where they apply (model to CLIP metrics, vectors to text metrics...);
             # a metric's own options are passed as given, so a misspelt one is an error.
-            kwargs = {k: v for k, v in shared.items() if k in accepted}
-            kwargs.update(own or {})
-            self.scorers[name] = cls(**kwargs)
-        unused = sorted(
-            set(shared) - set().union(*(accepted_options(type(s)) for s in self.scorers.values()))
-        )
+            kwargs = {**declared.run_options(shared), **(own or {})}
+            self.scorers[name] = declared.scorer(**kwargs)
+        taken = set().union(*(set(spec(n).run_options(shared)) for n in self.scorers))
+        unused = sorted(set(shared) - taken)
         if unused:
             raise TypeError(f"option(s) {unused} are taken by none of the metrics {list(self.scorers)}")
         self.needs_images = any("images" in call_inputs(s) for s in self.scorers.values())

@@ -21,21 +21,19 @@ import numpy as np
 from capeval.clip.batching import BATCH_SIZE
 from capeval.validation import OPTION_RULE_NAMES, check_options, check_predictions, check_references
 
-# Column names of the per-image file of the CLIPScore authors' script (``--save_per_instance``), kept for the
-# metrics it writes; every other metric is named as in ``capeval bench``'s tables.
-AUTHORS_COLUMNS = {
-    "clipscore": "CLIPScore",
-    "refclipscore": "RefCLIPScore",
-    "pacscore": "PAC-S",
-    "refpacscore": "RefPAC-S",
-}
-
 
 def column_name(key: str) -> str:
-    """The table and per-image name of a metric key (``clipscore`` -> ``CLIPScore``, ``bleu4`` -> ``BLEU-4``)."""
-    from capeval.bench.metrics import display_name
+    """The table and per-image name of a metric key (``clipscore`` -> ``CLIPScore``, ``bleu4`` -> ``BLEU-4``).
 
-    return AUTHORS_COLUMNS.get(key, display_name(key))
+    The metrics the CLIPScore authors' script writes (``--save_per_instance``) keep its column names (each
+    output's declared ``column``); every other metric is named as in ``capeval bench``'s tables.
+    """
+    from capeval.bench.metrics import capeval_outputs, display_name
+
+    outputs = capeval_outputs()
+    if key in outputs and outputs[key][1].column:
+        return outputs[key][1].column
+    return display_name(key)
 
 
 @dataclass
