@@ -7,7 +7,7 @@ module, the CLI, the Spaces and the Trainer hooks are thin layers over these two
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -164,12 +164,65 @@ class CLIPScore:
         Returns:
             dict: ``clipscore`` (mean), ``scores`` (per caption, input order), ``signature``.
         """
+        predictions, _ = self.checked_inputs(predictions)
+        self.backbone.refresh()  # a model object's weights, as they are for this call
+        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
+        return self.score_embeddings(image_emb, self.text_embeddings(predictions))
+
+    def checked_inputs(
+        self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None
+    ) -> tuple[list[str], list[list[str]] | None]:
+        """The captions (and references, where this metric reads them) as scoring takes them; CLIP-S reads no
+        references (``None`` comes back).
+
+        Raises:
+            ValueError, TypeError: no predictions, or a caption or reference list refused, by index.
+        """
         predictions = check_predictions(predictions)
         if not predictions:
             raise ValueError("no predictions to score")
-        self.backbone.refresh()  # a model object's weights, as they are for this call
-        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
-        text_emb = self.text_embeddings(predictions)
+        return predictions, None
+
+    def caption_and_reference_embeddings(
+        self,
+        predictions: Sequence[str],
+        references: Sequence[Sequence[str]] | None,
+        encode_texts: Callable[[list[str]], torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """(N, D) caption embeddings and, where ``references`` are given, per prediction its (k_i, D) reference
+        embeddings, from one pass of the text encoder over both (a string given as a caption and a reference is
+        encoded once).
+
+        Args:
+            encode_texts: texts -> (M, D) embeddings with this metric's prompt (default ``text_embeddings``);
+                an engine passes its own (a cache, several processes).
+        """
+        encode = encode_texts or self.text_embeddings
+        if references is None:
+            return encode(list(predictions)), None
+        flat_refs = [r for refs in references for r in refs]
+        text_emb = encode(list(predictions) + flat_refs)
+        n = len(predictions)
+        sizes = [len(refs) for refs in references]
+        return text_emb[:n], list(torch.split(text_emb[n:], sizes))
+
+    def score_embeddings(
+        self,
+        image_emb: torch.Tensor,
+        text_emb: torch.Tensor,
+        reference_emb: Sequence[torch.Tensor] | None = None,
+    ) -> dict:
+        """The scoring half, for engines that encode themselves (caches, several processes, shared encodings).
+
+        Args:
+            image_emb (torch.Tensor): (N, D) L2-normalised image embeddings of this metric's backbone.
+            text_emb (torch.Tensor): (N, D) L2-normalised caption embeddings (``text_embeddings``: the prompt
+                prefix applied).
+            reference_emb: unused by CLIP-S (every image metric takes it, so engines call them alike).
+
+        Returns:
+            dict: as ``__call__``.
+        """
         per = clip_s(image_emb, text_emb, w=self.w)
         return {self.name: float(per.mean()), "scores": per.tolist(), "signature": self.signature}
 
@@ -232,23 +285,57 @@ class RefCLIPScore(CLIPScore):
             same captions), ``clip_s_scores`` (CLIP-S per caption), ``signature``. (The CLIP-S part is not named
             ``clipscore``: beside the clipscore module in ``evaluate.combine``, its keys would collide.)
         """
-        predictions = check_predictions(predictions)
-        if not predictions:
-            raise ValueError("no predictions to score")
-        if references is None:
-            raise ValueError(
-                "refclipscore needs references (one list per prediction); use clipscore without them"
-            )
-        references = check_references(references, len(predictions))
+        predictions, references = self.checked_inputs(predictions, references)
         self.backbone.refresh()
         image_emb = self.image_embeddings(images, image_embeds, len(predictions))
-        flat_refs = [r for refs in references for r in refs]
-        owner = torch.tensor([i for i, refs in enumerate(references) for _ in refs], dtype=torch.long)
-        # One pass over candidates and references together: shared strings are encoded once.
-        text_emb = self.text_embeddings(predictions + flat_refs)
-        cand_emb, ref_emb = text_emb[: len(predictions)], text_emb[len(predictions) :]
-        clip_per = clip_s(image_emb, cand_emb, w=self.w)
-        best = best_reference_cosine(cand_emb, ref_emb, owner, len(predictions))
+        cand_emb, ref_emb = self.caption_and_reference_embeddings(predictions, references)
+        return self.score_embeddings(image_emb, cand_emb, ref_emb)
+
+    def checked_inputs(
+        self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None
+    ) -> tuple[list[str], list[list[str]] | None]:
+        """The captions and their references, checked; references are required.
+
+        Raises:
+            ValueError, TypeError: no predictions or no references, or an item refused, by index.
+        """
+        predictions, _ = super().checked_inputs(predictions)
+        if references is None:
+            raise ValueError(
+                f"{self.name} needs references (one list per prediction); use clipscore without them"
+            )
+        return predictions, check_references(references, len(predictions))
+
+    def score_embeddings(
+        self,
+        image_emb: torch.Tensor,
+        text_emb: torch.Tensor,
+        reference_emb: Sequence[torch.Tensor] | None = None,
+    ) -> dict:
+        """The scoring half, for engines that encode themselves (caches, several processes, shared encodings).
+
+        Args:
+            image_emb (torch.Tensor): (N, D) L2-normalised image embeddings of this metric's backbone.
+            text_emb (torch.Tensor): (N, D) L2-normalised caption embeddings (the prompt prefix applied).
+            reference_emb: per prediction, its (k_i, D) L2-normalised reference embeddings (k_i >= 1), encoded
+                as the captions are.
+
+        Returns:
+            dict: as ``__call__``.
+
+        Raises:
+            ValueError: no reference embeddings, or not one entry per prediction.
+        """
+        n = len(text_emb)
+        if reference_emb is None or len(reference_emb) != n:
+            given = "none" if reference_emb is None else len(reference_emb)
+            raise ValueError(
+                f"{self.name} needs the reference embeddings of each of the {n} captions, got {given}"
+            )
+        owner = torch.cat([torch.full((len(r),), i, dtype=torch.long) for i, r in enumerate(reference_emb)])
+        ref_emb = torch.cat(list(reference_emb)) if n else text_emb[:0]
+        clip_per = clip_s(image_emb, text_emb, w=self.w)
+        best = best_reference_cosine(text_emb, ref_emb, owner, n)
         per = ref_clip_s(clip_per, best, clip_reference_cosine=self.clip_reference_cosine)
         text_side = best.clamp(min=0) if self.clip_reference_cosine else best
         self._warn_near_zero_denominators(clip_per, text_side, per)

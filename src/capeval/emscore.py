@@ -284,13 +284,45 @@ class EMScore:
             ``details`` ({variant: {figr_P, figr_R, figr_F, cogr, full_P, full_R, full_F}} for each variant
             computed), ``signature``.
         """
-        predictions = check_predictions(predictions)
+        predictions, references = self.checked_inputs(predictions, references)
         self.backbone.refresh()  # a model object's weights, as they are for this call
-        n = len(predictions)
-        if n == 0:
+        frames = self.frame_embeddings(videos, video_embeds, len(predictions))
+        decoded = videos is not None and any(isinstance(v, (str, os.PathLike)) for v in videos)
+        return self.score_frames(predictions, references, frames, decoded)
+
+    def checked_inputs(
+        self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None
+    ) -> tuple[list[str], list[list[str]] | None]:
+        """The captions and references as scoring takes them (all-empty references mean none).
+
+        Raises:
+            ValueError, TypeError: no predictions, or a caption or reference list that is refused, by index.
+        """
+        predictions = check_predictions(predictions)
+        if not predictions:
             raise ValueError("no predictions to score")
-        references = _optional_references(references, n)
-        frames = self.frame_embeddings(videos, video_embeds, n)
+        return predictions, _optional_references(references, len(predictions))
+
+    def score_frames(
+        self,
+        predictions: list[str],
+        references: list[list[str]] | None,
+        frames: list[torch.Tensor] | None,
+        decoded: bool = False,
+    ) -> dict:
+        """The scoring half, for engines that encode the videos themselves (several processes): the captions'
+        token embeddings are this metric's own, the frames are given.
+
+        Args:
+            predictions, references: from ``checked_inputs``.
+            frames: per prediction its (K, D) L2-normalised frame embeddings of this metric's backbone
+                (``frame_embeddings``), or None (EMScore(X,X*)).
+            decoded: the frames were decoded from video files (PyAV's version then enters the signature).
+
+        Returns:
+            dict: as ``__call__``.
+        """
+        n = len(predictions)
         if frames is None and references is None:
             raise ValueError("emscore needs videos= (or video_embeds=), references=, or both")
 
@@ -323,7 +355,6 @@ class EMScore:
         variant = BOTH if BOTH in details else (VIDEO if VIDEO in details else TEXT)
 
         per = details[variant]["full_F"]
-        decoded = videos is not None and any(isinstance(v, (str, os.PathLike)) for v in videos)
         return {
             self.name: float(per.mean()),
             "scores": per.tolist(),

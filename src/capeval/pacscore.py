@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import torch
+
 from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.checkpoints.layout import base_model_for
 from capeval.clip.checkpoints.load import checkpoint_geometry, missing_checkpoint_help
@@ -24,7 +26,7 @@ from capeval.clip.tokenization import PREFIX
 from capeval.clipscore import CLIPScore, RefCLIPScore
 from capeval.registry import MetricSpec, Option, Output
 from capeval.scores import W_PAC_S
-from capeval.validation import check_options, check_signature_text
+from capeval.validation import check_options, check_references, check_signature_text
 
 
 class PACScore(RefCLIPScore):
@@ -109,11 +111,38 @@ class PACScore(RefCLIPScore):
             dict: ``pacscore`` (mean PAC-S), ``scores`` (PAC-S per caption); with references also
             ``refpacscore`` (mean RefPAC-S) and ``refpacscore_scores``; ``signature``.
         """
+        predictions, references = self.checked_inputs(predictions, references)
+        self.backbone.refresh()
+        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
+        cand_emb, ref_emb = self.caption_and_reference_embeddings(predictions, references)
+        return self.score_embeddings(image_emb, cand_emb, ref_emb)
+
+    def checked_inputs(
+        self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None
+    ) -> tuple[list[str], list[list[str]] | None]:
+        """The captions and, when given, their references, checked (PAC-S alone without them).
+
+        Raises:
+            ValueError, TypeError: no predictions, or an item refused, by index.
+        """
+        predictions, _ = CLIPScore.checked_inputs(self, predictions)
         if references is None:
-            out = CLIPScore.__call__(self, predictions, images=images, image_embeds=image_embeds)
+            return predictions, None
+        return predictions, check_references(references, len(predictions))
+
+    def score_embeddings(
+        self,
+        image_emb: torch.Tensor,
+        text_emb: torch.Tensor,
+        reference_emb: Sequence[torch.Tensor] | None = None,
+    ) -> dict:
+        """The scoring half (see ``CLIPScore.score_embeddings``): PAC-S, and RefPAC-S where ``reference_emb``
+        (per prediction, its (k_i, D) reference embeddings) is given."""
+        if reference_emb is None:
+            out = CLIPScore.score_embeddings(self, image_emb, text_emb)
             return {"pacscore": out[self.name], "scores": out["scores"], "signature": out["signature"]}
         # RefCLIPScore's recipe is RefPAC-S's; its keys are renamed (its headline sits under self.name).
-        out = RefCLIPScore.__call__(self, predictions, references, images=images, image_embeds=image_embeds)
+        out = RefCLIPScore.score_embeddings(self, image_emb, text_emb, reference_emb)
         return {
             "pacscore": out["clip_s"],
             "scores": out["clip_s_scores"],

@@ -19,7 +19,6 @@ multi-process mode instead (``capeval.load(name, num_process=N, process_id=rank)
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from capeval.clip.image_encoding import encode_images
 from capeval.clip.images import image_key
 from capeval.clip.text_encoding import CaptionIds, encode_batches, length_batches
 from capeval.registry import build_scorer, call_inputs
+from capeval.validation import check_same_length
 
 
 class SingleProcess:
@@ -214,50 +214,52 @@ def sharded_encode_videos(backbone, videos: Sequence, scorer, state) -> list[tor
     return [gathered[j] for j in inverse]
 
 
-def sharded(scorer: Any, state=None) -> Any:
-    """A copy of a capeval scorer whose image, caption and video encoding is shared out across processes.
+def score_sharded(
+    scorer: Any,
+    predictions: Sequence[str],
+    state=None,
+    *,
+    references: Sequence[Sequence[str]] | None = None,
+    images: Sequence | None = None,
+    image_embeds=None,
+    videos: Sequence | None = None,
+    video_embeds=None,
+) -> dict:
+    """``scorer(predictions, ...)`` with its encoding shared out across processes, then its scoring half.
 
-    Works for every scorer built on ``CLIPScore`` (CLIPScore, RefCLIPScore, PACScore) and for EMScore's
-    videos; the scoring maths is the scorer's own. In one process the copy behaves exactly as the scorer.
+    The inputs are checked by the metric itself (``checked_inputs``); the images and captions (CLIP-S,
+    RefCLIP-S, PAC-S) or the videos (EMScore) are encoded here, each process its share, and the metric scores
+    the embeddings (``score_embeddings`` / ``score_frames``). In one process the result equals ``scorer(...)``.
     """
     state = state or process_state()
-    clone = copy.copy(scorer)
-    backbone = scorer.backbone
-    if hasattr(scorer, "image_embeddings"):
-        original_images = scorer.image_embeddings
-
-        def image_embeddings(images, image_embeds, n):
-            if images is None or image_embeds is not None:
-                return original_images(images, image_embeds, n)
-            from capeval.validation import check_same_length
-
-            check_same_length("images", images, n)
-            return sharded_encode_images(
-                backbone, images, scorer.batch_size, state, scorer.num_workers, scorer.progress
-            )
-
-        clone.image_embeddings = image_embeddings
-    if hasattr(scorer, "text_embeddings"):
-
-        def text_embeddings(texts):
-            return sharded_encode_texts(
-                backbone, texts, scorer.prefix, scorer.batch_size, state, scorer.progress
-            )
-
-        clone.text_embeddings = text_embeddings
-    if hasattr(scorer, "frame_embeddings"):
-        original_frames = scorer.frame_embeddings
-
-        def frame_embeddings(videos, video_embeds, n):
-            if videos is None or video_embeds is not None or isinstance(videos, (str, bytes)):
-                return original_frames(videos, video_embeds, n)
-            from capeval.validation import check_same_length
-
+    predictions, references = scorer.checked_inputs(predictions, references)
+    scorer.backbone.refresh()
+    n = len(predictions)
+    if hasattr(
+        scorer, "score_frames"
+    ):  # EMScore: its token embeddings are its own, the videos are shared out
+        if videos is not None and video_embeds is None and not isinstance(videos, (str, bytes)):
             check_same_length("videos", videos, n)
-            return sharded_encode_videos(backbone, videos, scorer, state)
+            frames = sharded_encode_videos(scorer.backbone, videos, scorer, state)
+        else:
+            frames = scorer.frame_embeddings(videos, video_embeds, n)
+        decoded = videos is not None and any(isinstance(v, (str, os.PathLike)) for v in videos)
+        return scorer.score_frames(predictions, references, frames, decoded)
+    if images is not None and image_embeds is None:
+        check_same_length("images", images, n)
+        image_emb = sharded_encode_images(
+            scorer.backbone, images, scorer.batch_size, state, scorer.num_workers, scorer.progress
+        )
+    else:
+        image_emb = scorer.image_embeddings(images, image_embeds, n)
 
-        clone.frame_embeddings = frame_embeddings
-    return clone
+    def encode_texts(texts: list[str]) -> torch.Tensor:
+        return sharded_encode_texts(
+            scorer.backbone, texts, scorer.prefix, scorer.batch_size, state, scorer.progress
+        )
+
+    text_emb, reference_emb = scorer.caption_and_reference_embeddings(predictions, references, encode_texts)
+    return scorer.score_embeddings(image_emb, text_emb, reference_emb)
 
 
 def score_distributed(
@@ -307,4 +309,4 @@ def score_distributed(
     unknown = sorted(set(inputs) - call_inputs(scorer))
     if unknown:
         raise TypeError(f"{type(scorer).__name__} does not take {unknown}")
-    return sharded(scorer, state)(predictions, **inputs)
+    return score_sharded(scorer, predictions, state, **inputs)

@@ -192,12 +192,12 @@ class RowScorer:
                 )
                 encoded[id(backbone)] = dict(zip(live, emb, strict=True))
             vectors = torch.stack([encoded[id(backbone)][i] for i in rows])
-            kwargs: dict[str, Any] = {"image_embeds": vectors}
             refs = [batch["references"][i] for i in rows]
-            if name in self.reads_references and all(refs):
-                kwargs["references"] = refs
-            captions = [batch["caption"][i] for i in rows]
-            result = scorer(captions, **kwargs)
+            references = refs if name in self.reads_references and all(refs) else None
+            captions, references = scorer.checked_inputs([batch["caption"][i] for i in rows], references)
+            # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
+            caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
+            result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
             for field, values in _per_row_fields(name, result, len(rows)).items():
                 if field in columns:
                     columns[field][rows] = values
@@ -205,7 +205,7 @@ class RowScorer:
                 image_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
                 text_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
                 image_emb[rows] = vectors.numpy().astype(np.float16)
-                text_emb[rows] = scorer.text_embeddings(captions).cpu().numpy().astype(np.float16)
+                text_emb[rows] = caption_emb.cpu().numpy().astype(np.float16)
         for i in live:
             bad = {
                 c: float(v[i]) for c, v in columns.items() if errors[i] is None and not math.isfinite(v[i])

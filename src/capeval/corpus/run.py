@@ -33,7 +33,6 @@ different processes may be encoded in another batch than in a one-process run: e
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import numbers
@@ -65,7 +64,7 @@ from capeval.corpus.outputs import (
 from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
 from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
 from capeval.diagnostics.run_warnings import summarised_warnings
-from capeval.registry import build_scorer, call_inputs, row_image_metrics, spec
+from capeval.registry import build_scorer, row_image_metrics, spec
 
 __all__ = [
     "CorpusResult",
@@ -112,13 +111,13 @@ def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) ->
     live = [it for it in live if it.error is None]
     if not live:
         return
-    takes_refs = "references" in call_inputs(scorer)  # CLIPScore ignores a references column
+    takes_refs = spec(name).reads("references")  # CLIP-S ignores a references column
     texts = [it.caption for it in live] + [r for it in live if takes_refs for r in (it.references or [])]
     vectors = encoder.text_vectors(texts)
-    # The metric's own maths, fed the cached embeddings: its encoders are swapped for look-ups.
-    clone = copy.copy(scorer)
-    clone.image_embeddings = lambda imgs, embeds, n: torch.stack([images[c] for c in imgs])
-    clone.text_embeddings = lambda txts: torch.stack([vectors[hash_text(t)] for t in txts])
+
+    def cached_texts(batch: list[str]) -> torch.Tensor:
+        return torch.stack([vectors[hash_text(t)] for t in batch])
+
     # Rows with and without references in separate calls: PAC-S scores a row that has none (its RefPAC-S is
     # absent, and the summary's score_counts say over how many rows each mean is taken).
     groups = (
@@ -129,10 +128,14 @@ def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) ->
     for group in groups:
         if not group:
             continue
-        kwargs: dict[str, Any] = {"images": [it.content for it in group]}
-        if takes_refs and group[0].references:
-            kwargs["references"] = [it.references for it in group]
-        result = clone([it.caption for it in group], **kwargs)
+        references = [it.references for it in group] if takes_refs and group[0].references else None
+        predictions, references = scorer.checked_inputs([it.caption for it in group], references)
+        image_emb = torch.stack([images[it.content] for it in group])
+        # The metric's own maths, fed the cached embeddings.
+        text_emb, reference_emb = scorer.caption_and_reference_embeddings(
+            predictions, references, cached_texts
+        )
+        result = scorer.score_embeddings(image_emb, text_emb, reference_emb)
         fields = _per_row_fields(name, result, len(group))
         for k, it in enumerate(group):
             scores = {f: values[k] for f, values in fields.items()}

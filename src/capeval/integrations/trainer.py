@@ -258,9 +258,11 @@ class CaptionMetrics:
 
             distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if distributed and hasattr(scorer, "backbone"):
-            from capeval.corpus.distributed import sharded
+            from functools import partial
 
-            return sharded(scorer)
+            from capeval.corpus.distributed import score_sharded
+
+            return partial(score_sharded, scorer)
         return scorer
 
     @staticmethod
