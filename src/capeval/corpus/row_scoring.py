@@ -104,7 +104,7 @@ def _references_problem(key: str, references, metric: str) -> str | None:
     return None
 
 
-def _per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
+def per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
     """Per-row lists of a metric result: ``scores`` under the metric's name, ``x_scores`` under ``x``."""
     fields: dict[str, list] = {}
     for key, value in result.items():
@@ -198,7 +198,7 @@ class RowScorer:
             # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
             caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
             result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
-            for field, values in _per_row_fields(name, result, len(rows)).items():
+            for field, values in per_row_fields(name, result, len(rows)).items():
                 if field in columns:
                     columns[field][rows] = values
             if self.embeddings and image_emb is None:

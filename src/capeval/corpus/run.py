@@ -33,36 +33,18 @@ different processes may be encoded in another batch than in a one-process run: e
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
 import time
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from capeval.corpus.cached_encoding import CachedEncoder
-from capeval.corpus.embedding_cache import EmbeddingCache, hash_text
-from capeval.corpus.items import Columns, Item, to_item
-from capeval.corpus.lock import OutputLock
-from capeval.corpus.outputs import (
-    FORMAT,
-    DamagedPartError,
-    atomic_write,
-    check_manifest,
-    check_part,
-    claim_output_folder,
-    merge_parts,
-    part_path,
-    write_part,
-)
+from capeval.corpus.items import Columns
+from capeval.corpus.part_run import PartRun
 from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
-from capeval.diagnostics.categories import DamagedFileWarning, user_stacklevel
 from capeval.diagnostics.run_warnings import summarised_warnings
 from capeval.registry import build_scorer, row_image_metrics, spec
 
@@ -77,74 +59,6 @@ __all__ = [
 ]
 
 CHUNK_SIZE = 1024  # rows per part: the unit of resumption and of memory use
-
-
-@dataclass
-class RunCounters:
-    """Rows and parts this invocation scored, and the parts it found done."""
-
-    rows: int = 0
-    parts: int = 0
-    parts_skipped: int = 0
-    parts_rescored: int = 0  # damaged part files found and scored again
-
-
-def _per_row_fields(name: str, result: Mapping[str, Any], n: int) -> dict[str, list]:
-    """Per-row lists of a metric result: ``scores`` under the metric's name, ``x_scores`` under ``x``."""
-    fields: dict[str, list] = {}
-    for key, value in result.items():
-        if isinstance(value, list) and len(value) == n and key != "details":
-            fields[name if key == "scores" else key.removesuffix("_scores")] = value
-    return fields
-
-
-def _score_part(scorer, encoder: CachedEncoder, items: list[Item], name: str) -> None:
-    """Fill each item's scores (``item.row`` gets them under ``__scores__``) or its error."""
-    live = [it for it in items if it.error is None]
-    for it, (content, error) in zip(live, encoder.hash_images([it.image for it in live]), strict=True):
-        it.content, it.error = content, error
-    live = [it for it in live if it.error is None]
-    images = encoder.image_vectors([(it.content, it.image) for it in live])
-    for it in live:
-        if isinstance(images[it.content], str):
-            it.error = images[it.content]
-    live = [it for it in live if it.error is None]
-    if not live:
-        return
-    takes_refs = spec(name).reads("references")  # CLIP-S ignores a references column
-    texts = [it.caption for it in live] + [r for it in live if takes_refs for r in (it.references or [])]
-    vectors = encoder.text_vectors(texts)
-
-    def cached_texts(batch: list[str]) -> torch.Tensor:
-        return torch.stack([vectors[hash_text(t)] for t in batch])
-
-    # Rows with and without references in separate calls: PAC-S scores a row that has none (its RefPAC-S is
-    # absent, and the summary's score_counts say over how many rows each mean is taken).
-    groups = (
-        [[it for it in live if it.references], [it for it in live if not it.references]]
-        if takes_refs
-        else [live]
-    )
-    for group in groups:
-        if not group:
-            continue
-        references = [it.references for it in group] if takes_refs and group[0].references else None
-        predictions, references = scorer.checked_inputs([it.caption for it in group], references)
-        image_emb = torch.stack([images[it.content] for it in group])
-        # The metric's own maths, fed the cached embeddings.
-        text_emb, reference_emb = scorer.caption_and_reference_embeddings(
-            predictions, references, cached_texts
-        )
-        result = scorer.score_embeddings(image_emb, text_emb, reference_emb)
-        fields = _per_row_fields(name, result, len(group))
-        for k, it in enumerate(group):
-            scores = {f: values[k] for f, values in fields.items()}
-            bad = {f: v for f, v in scores.items() if not math.isfinite(v)}
-            if bad:
-                # NaN would poison the corpus mean and every comparison with the threshold.
-                it.error = f"the model gave a non-finite score ({bad}): its embeddings overflowed; try dtype='float32'"
-            else:
-                it.row["__scores__"] = scores
 
 
 @dataclass
@@ -213,8 +127,7 @@ def score_corpus(
     Returns:
         CorpusResult: output paths and the summary (identical in every process).
     """
-    from capeval import __version__
-    from capeval.corpus.distributed import _raise_if_any_failed, process_state
+    from capeval.corpus.distributed import process_state
     from capeval.corpus.shards import is_shard_source
 
     if not isinstance(options.get("model", ""), (str, os.PathLike)):
@@ -249,139 +162,23 @@ def score_corpus(
     state = process_state(options.get("device"))
     if state.num_processes > 1:
         options["device"] = state.device  # one GPU per process
-    options["progress"] = False
-    scorer = build_scorer(metric, **options)
-    src = open_source(source, image_column, split)
-    columns = Columns(caption_column, image_column, references_column, id_column)
-    manifest = {
-        "format": FORMAT,
-        "metric": metric,
-        "signature": scorer.signature,
-        "source": src.description,
-        "columns": {
-            "caption": caption_column,
-            "image": image_column,
-            "references": references_column,
-            "id": id_column,
-        },
-        "chunk_size": chunk_size,
-    }
-    error = None
-    lock = None
-    if state.is_main_process:
-        try:
-            # The processes of one distributed run are one run: the main process holds the folder for all.
-            claim_output_folder(output)
-            lock = OutputLock(output).acquire()
-            src.check_not_empty()  # before run.json: a corrected source must not meet "other settings"
-            for stale in (output / "parts").glob(".*.tmp") if (output / "parts").is_dir() else ():
-                stale.unlink()  # half-written parts of a killed run (no other run can be writing: we hold the lock)
-            check_manifest(output, manifest)
-        except (ValueError, OSError) as err:  # every process raises, none waits for the main one
-            error = err
-            if lock is not None:
-                lock.release()
-    _raise_if_any_failed(error, state)
+    run = PartRun(
+        output=output,
+        metric=metric,
+        scorer=build_scorer(metric, **options, progress=False),
+        source=open_source(source, image_column, split),
+        columns=Columns(caption_column, image_column, references_column, id_column),
+        chunk_size=chunk_size,
+        state=state,
+        cache=Path(cache) if cache else output / "embeddings.sqlite",
+    )
+    lock = run.claim()
     try:
         state.wait_for_everyone()
-        total = src.count() if state.is_main_process else None  # for the progress bar's ETA only
-        counters = RunCounters()
-        workers = num_workers or max(1, min(8, os.cpu_count() or 1))
-        store = EmbeddingCache(cache or output / "embeddings.sqlite")
-        encoder = CachedEncoder(scorer.backbone, scorer.prefix, store, scorer.batch_size, workers)
-        rank, world = state.process_index, state.num_processes
-
-        def mine(part: int, count: int) -> bool:
-            """Whether this process scores ``part``: one of its parts, not on disk or damaged there."""
-            if part % world != rank:
-                return False
-            path = part_path(output, part)
-            if not path.exists():
-                return True
-            try:
-                check_part(path, part, chunk_size, metric, count)
-            except DamagedPartError as err:
-                counters.parts_rescored += 1
-                warnings.warn(
-                    f"{err.path} is damaged ({err.problem}): scoring part {part} again",
-                    DamagedFileWarning,
-                    stacklevel=user_stacklevel(),
-                )
-                return True
-            return False
-
-        from tqdm.auto import tqdm
-
-        done_parts = len(list((output / "parts").glob("part-*.jsonl"))) if (output / "parts").is_dir() else 0
-        bar = (
-            tqdm(
-                total=total,
-                initial=min(total or 0, done_parts * chunk_size) if total else done_parts * chunk_size,
-                desc=f"{metric} ({world} process{'es' if world > 1 else ''})",
-                unit="row",
-                dynamic_ncols=True,
-                smoothing=0.05,
-                disable=(not progress) if progress is not None else None,
-            )
-            if state.is_main_process
-            else None
-        )
         started = time.time()
-        try:
-            for part, rows, count in src.parts(chunk_size, mine):
-                if rows is None:
-                    if part % world == rank:
-                        counters.parts_skipped += 1
-                    continue
-                items = [to_item(index, row, columns, needs_refs) for index, row in rows]
-                _score_part(scorer, encoder, items, metric)
-                write_part(output, part, part * chunk_size, count, count < chunk_size, items)
-                counters.parts += 1
-                counters.rows += count
-                if bar is not None:
-                    finished = len(list((output / "parts").glob("part-*.jsonl")))
-                    bar.n = min(total, finished * chunk_size) if total else finished * chunk_size
-                    bar.refresh()
-        finally:
-            encoder.close()
-            store.close()
-            if bar is not None:
-                bar.close()
+        encoder = run.score_parts(num_workers, progress)
         state.wait_for_everyone()
-
-        threshold_key = threshold_key or metric
-        summary = None
-        error = None
-        if state.is_main_process:
-            try:
-                merged = merge_parts(output, metric, threshold, threshold_key, chunk_size)
-                summary = {
-                    "metric": metric,
-                    "signature": manifest["signature"],
-                    "corpus_score": merged["means"].get(metric),
-                    **merged,
-                    "threshold": threshold,
-                    "threshold_key": threshold_key if threshold is not None else None,
-                    "this_run": {
-                        **counters.__dict__,
-                        **encoder.counters.__dict__,
-                        "seconds": round(time.time() - started, 3),
-                        "processes": world,
-                    },
-                    "capeval": __version__,
-                }
-                atomic_write(
-                    output / "summary.json", lambda fh: fh.write(json.dumps(summary, indent=2) + "\n")
-                )
-            except (ValueError, OSError) as err:  # every process raises, none waits in the broadcast
-                error = err
-        _raise_if_any_failed(error, state)
-        if world > 1:
-            from accelerate.utils import broadcast_object_list
-
-            holder = [summary]
-            broadcast_object_list(holder)
-            summary = holder[0]
+        summary = run.summarise(threshold, threshold_key or metric, encoder, started)
     finally:
         if lock is not None:
             lock.release()  # the OS releases it too if this process dies
