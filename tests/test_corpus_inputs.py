@@ -1,6 +1,6 @@
 """What a corpus run takes: a source without rows is refused saying what it holds, unreadable shards end the
 command with one line naming each, bad run settings are refused before anything is written, rows that lack
-references are scored per row."""
+references are scored per row, and a caption without visible text is a reported row."""
 
 from __future__ import annotations
 
@@ -156,3 +156,18 @@ def test_references_that_some_rows_lack_are_scored_per_row_with_counted_means(fi
     # CLIPScore ignores a references column instead of failing on it.
     clip = score_corpus(mixed, tmp_path / "clip", references_column="references", **options)
     assert clip.summary["scored"] == 21
+
+
+# --- A caption without visible text is a reported row, not scored ---
+
+
+def test_a_corpus_row_with_an_invisible_caption_is_reported_not_scored():
+    from capeval.corpus.items import Columns, to_item
+
+    columns = Columns(caption="caption", image="image", references="refs", id=None)
+    item = to_item(0, {"caption": "\u200b\u200b", "image": "x.png"}, columns, needs_refs=False)
+    assert item.error == "caption ('caption') is missing or empty (no visible text)"
+    item = to_item(
+        1, {"caption": "a dog", "image": "x.png", "refs": ["a dog", "\x00"]}, columns, needs_refs=True
+    )
+    assert "references ('refs') must be a non-empty list of non-empty strings" in item.error

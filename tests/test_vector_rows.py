@@ -1,5 +1,6 @@
 """The rows of loaded word vectors (capeval.text.vector_rows): NaN or inf is refused naming the word and its row,
-a matrix with fewer rows than words is refused, and the scan reads a memory map in bounded chunks."""
+a matrix with fewer rows than words is refused, the scan reads a memory map in bounded chunks, and all-zero rows
+are unknown words, with a warning, wherever vectors are normalised."""
 
 from __future__ import annotations
 
@@ -118,3 +119,63 @@ def test_row_scan_of_a_memory_map_reads_it_in_bounded_chunks(tmp_path):
     assert (
         peak < 40 * 2**20
     )  # one chunk of 4M values and its |x| copy: 32 MiB at most, never the 40 MB matrix
+
+
+# --- All-zero rows are unknown words where vectors are normalised ---
+
+
+@pytest.fixture
+def zero_row_vectors(tmp_path):
+    """word2vec text vectors in which ``pad`` has an all-zero vector."""
+    from capeval.text.vectors import clear_cache
+
+    rows = {"dog": [3, 4, 0], "cat": [4, 3, 0], "runs": [0, 4, 3], "beach": [1, 1, 1], "pad": [0, 0, 0]}
+    path = tmp_path / "zero-row.txt"
+    path.write_text("5 3\n" + "".join(f"{w} {' '.join(map(str, v))}\n" for w, v in rows.items()))
+    clear_cache()
+    yield path
+    clear_cache()
+
+
+def test_wmd_normalized_treats_zero_vector_words_as_unknown_with_a_warning(zero_row_vectors):
+    import capeval
+
+    with pytest.warns(
+        UserWarning, match=r"wmd: 1 word\(s\) of vectors zero-row\.txt.* all-zero vector.*'pad'"
+    ):
+        wmd = capeval.WMD(vectors=str(zero_row_vectors), normalize_vectors=True)
+    out = wmd(["dog pad runs", "dog cat"], [["cat beach"], ["pad cat dog"]])
+    # gensim 4 divides 0 by 0 here; with 'pad' unknown both distances are finite, the second exactly 0.
+    assert np.isfinite(out["distances"]).all() and out["distances"][1] == 0.0
+    assert "vectors=zero-row.txt@" in out["signature"] and ",zero_rows_oov=1|" in out["signature"]
+
+
+def test_wmd_on_raw_vectors_keeps_zero_vector_words_as_gensim_does(zero_row_vectors):
+    import warnings
+
+    from gensim.models import KeyedVectors
+
+    import capeval
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # raw vectors: nothing is dropped, nothing to warn about
+        wmd = capeval.WMD(vectors=str(zero_row_vectors))
+    out = wmd(["dog pad runs"], [["cat beach"]])
+    kv = KeyedVectors.load_word2vec_format(str(zero_row_vectors))
+    assert out["distances"][0] == pytest.approx(
+        kv.wmdistance(["dog", "pad", "runs"], ["cat", "beach"], norm=False)
+    )
+    assert "zero_rows_oov" not in out["signature"]
+
+
+def test_wembsim_warns_and_a_caption_of_zero_vector_words_is_reported_not_silently_zero(
+    zero_row_vectors,
+):
+    import capeval
+
+    with pytest.warns(UserWarning, match=r"wembsim: 1 word\(s\) .*'pad'"):
+        wembsim = capeval.WEmbSim(vectors=str(zero_row_vectors), normalize_vectors=True)
+    with pytest.warns(UserWarning, match=r"1 predictions have no in-vocabulary word .*index 1"):
+        out = wembsim(["dog pad", "pad"], [["dog"], ["cat"]])
+    assert out["scores"] == [pytest.approx(1.0), 0.0]
+    assert ",zero_rows_oov=1|" in out["signature"]

@@ -117,6 +117,16 @@ def test_video_keys_identify_equal_content_and_paths(gray_video):
     assert video_key(gray_video, 0) == video_key(str(gray_video), 1)
 
 
+def test_video_keys_tell_array_and_tensor_layouts_apart():
+    from capeval.clip.video import video_key
+
+    frames = np.random.RandomState(3).randint(0, 256, (2, 3, 8, 3), dtype=np.uint8)  # (T, H, W, C)
+    same_bytes = torch.from_numpy(frames.copy())  # read as (T, C, H, W): other frames
+    same_frames = torch.from_numpy(frames.copy()).permute(0, 3, 1, 2)
+    assert video_key(frames, 0) != video_key(same_bytes, 1)
+    assert video_key(frames, 0) == video_key(same_frames, 2)
+
+
 @pytest.fixture(scope="module")
 def broken_videos(tmp_path_factory):
     folder = tmp_path_factory.mktemp("broken")

@@ -1,5 +1,6 @@
 """The weights files a model folder or a PAC-S checkpoint is read from: a pickle that would run code is refused
-by name and runs nothing, and NaN or inf (or a value float16 turns into inf) is refused naming the tensors."""
+by name and runs nothing, NaN or inf (or a value float16 turns into inf) is refused naming the tensors, and a
+damaged weights file, or one that is a device, is a ValueError naming the file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import capeval
 from tests.pickle_payloads import (
     assert_nothing_ran,
     dumps,
@@ -150,3 +152,52 @@ def test_weights_that_overflow_float16_are_refused_and_bfloat16_still_loads(tiny
         ["a dog"], image_embeds=np.ones((1, 16))
     )["scores"]
     assert np.isfinite(scores).all()
+
+
+# --- Damaged weights files, and weights that are a device, are named ---
+
+
+def _model_copy(tiny_clip_dir: Path, tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(tiny_clip_dir, folder)
+    return folder
+
+
+def test_a_model_folder_whose_weights_are_a_device_is_refused_unread(tiny_clip_dir, tmp_path):
+    folder = _model_copy(tiny_clip_dir, tmp_path, "device-weights")
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to("/dev/null")
+    with pytest.raises(ValueError, match="model.safetensors is not a regular file .a device, pipe or socket"):
+        capeval.CLIPScore(model=str(folder), device="cpu")
+
+
+def test_a_damaged_safetensors_weights_file_is_a_value_error_naming_the_file(tiny_clip_dir, tmp_path):
+    from capeval.clip.backbones import clear_cache
+
+    cut = _model_copy(tiny_clip_dir, tmp_path, "cut")
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    garbled = _model_copy(tiny_clip_dir, tmp_path, "garbled")
+    (garbled / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}......")
+    clear_cache()
+    for folder in (cut, garbled):
+        with pytest.raises(ValueError, match=f"{folder / 'model.safetensors'} is truncated or corrupt"):
+            capeval.CLIPScore(model=str(folder), device="cpu")
+        with pytest.raises(ValueError, match=f"{folder / 'model.safetensors'} is truncated or corrupt"):
+            capeval.PACScore(checkpoint=str(folder), device="cpu")
+
+
+def test_a_cut_pytorch_weights_file_is_a_value_error_naming_the_file(tiny_clip_dir, tmp_path):
+    from transformers import CLIPModel
+
+    from capeval.clip.backbones import clear_cache
+
+    folder = _model_copy(tiny_clip_dir, tmp_path, "cut-bin")
+    state = CLIPModel.from_pretrained(str(folder)).state_dict()
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+    data = (folder / "pytorch_model.bin").read_bytes()
+    (folder / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    clear_cache()
+    with pytest.raises(ValueError, match="pytorch_model.bin is truncated or corrupt"):
+        capeval.CLIPScore(model=str(folder), device="cpu")
