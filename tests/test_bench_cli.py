@@ -49,7 +49,7 @@ def refused(capsys, argv: list[str], out: Path) -> str:
 
 
 def test_a_run_without_the_data_folder_exits_2_in_one_line_and_writes_no_report(tmp_path, capsys, no_loading):
-    # The case: `capeval bench run pascal50s -m wmd` without --data-dir (default ./benchmarks).
+    # As `capeval bench run pascal50s -m wmd` without --data-dir, where its default ./benchmarks is absent.
     err = refused(
         capsys, ["run", "pascal50s", "-m", "wmd", "--data-dir", str(tmp_path / "benchmarks")], tmp_path / "r"
     )
@@ -81,7 +81,7 @@ def test_an_unknown_benchmark_is_refused_naming_the_choices(tmp_path, capsys, no
 def test_emscore_without_a_model_is_refused_by_name_with_what_to_pass(
     tmp_path, capsys, no_loading, empty_hub_cache
 ):
-    # The case: before, a 60-line traceback and exit 0.
+    # One line naming what to pass, not a traceback and exit 0.
     err = refused(capsys, ["run", "vatex_eval", "-m", "emscore", "--data-dir", str(FIX)], tmp_path / "r")
     assert "metric 'emscore' cannot run here" in err
     assert "'openai/clip-vit-base-patch32' is not in the local Hugging Face cache" in err

@@ -1,4 +1,6 @@
-"""Image inputs: the authors' preprocessing, every accepted form, and clear errors for bad images."""
+"""Image inputs: the authors' preprocessing, every accepted form (high-bit-depth and half-precision ones included),
+an image's identity (what the model sees, not the bytes that happen to be equal), and clear errors for bad
+images. The bounds on reading an image are in test_images_bounds.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import torch
 from authors_reference import authors_pixels
 from PIL import Image
 
+import capeval
 from capeval.clip.images import image_key, load_image, normalize_pixels, preprocess_image, resize_and_crop
+from tests.tiny_scorers import PREDICTIONS, two_images
 
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
@@ -171,3 +175,193 @@ def test_unsupported_types_and_shapes_name_the_index():
         load_image(".", 6)
     with pytest.raises(ValueError, match="image 8: a datasets Image dict needs 'bytes' or 'path'"):
         load_image({"bytes": None, "path": None}, 8)
+
+
+# --- An image's identity is what the model sees, not the bytes that happen to be equal ---
+
+
+def _palette_pair(size: int) -> tuple[Image.Image, Image.Image]:
+    """Two palette images with the same indices and different colours, at the model's input size (no resize)."""
+    indices = np.random.RandomState(0).randint(0, 4, (size, size)).astype(np.uint8)
+    bright = Image.fromarray(indices, "P")
+    bright.putpalette([255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255])
+    dark = Image.fromarray(indices, "P")
+    dark.putpalette([0, 0, 0, 10, 10, 10, 20, 20, 20, 30, 30, 30])
+    return bright, dark
+
+
+def test_palette_images_with_other_palettes_score_as_their_rgb_conversions(tiny_clip_dir):
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    bright, dark = _palette_pair(scorer.backbone.image_size)
+    assert bright.tobytes() == dark.tobytes()  # the same indices: only the palettes differ
+    scores = scorer(["a photo", "a photo"], images=[bright, dark])["scores"]
+    as_rgb = scorer(["a photo", "a photo"], images=[bright.convert("RGB"), dark.convert("RGB")])["scores"]
+    assert scores[0] != scores[1]
+    assert scores == pytest.approx(as_rgb, abs=1e-6)
+
+
+def test_image_keys_and_corpus_hashes_tell_palettes_apart_and_match_equal_images():
+    from capeval.clip.images import image_key
+    from capeval.corpus.embedding_cache import content_hash
+
+    bright, dark = _palette_pair(8)
+    assert image_key(bright, 0) != image_key(dark, 1)
+    assert content_hash(bright) != content_hash(dark)
+    assert image_key(bright, 0) == image_key(bright.copy(), 1)
+    assert content_hash(bright) == content_hash(bright.copy())
+
+
+def test_an_array_and_a_tensor_of_the_same_bytes_in_their_two_layouts_are_two_pictures(tiny_clip_dir):
+    from capeval.clip.images import image_key, load_image
+    from capeval.corpus.embedding_cache import content_hash
+
+    array = np.random.RandomState(1).randint(0, 256, (3, 8, 3), dtype=np.uint8)  # (H, W, C): 8 wide, 3 high
+    tensor = torch.from_numpy(array.copy())  # (C, H, W): 3 wide, 8 high
+    assert load_image(array, 0).size == (8, 3) and load_image(tensor, 1).size == (3, 8)
+    assert image_key(array, 0) != image_key(tensor, 1)
+    assert content_hash(array) != content_hash(tensor)
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    both = scorer(["a photo", "a photo"], images=[array, tensor])["scores"]
+    each = scorer(["a photo", "a photo"], images=[load_image(array, 0), load_image(tensor, 1)])["scores"]
+    assert both[0] != both[1]
+    assert both == pytest.approx(each, abs=1e-6)
+
+
+def test_an_array_and_a_tensor_holding_the_same_pixels_are_read_and_encoded_once(tiny_clip_dir, monkeypatch):
+    import capeval.clip.image_encoding as image_encoding
+    from capeval.clip.images import image_key
+    from capeval.corpus.embedding_cache import content_hash
+
+    array = np.random.RandomState(2).randint(0, 256, (20, 30, 3), dtype=np.uint8)
+    tensor = torch.from_numpy(array.copy()).permute(2, 0, 1)  # the same picture, (C, H, W)
+    assert image_key(array, 0) == image_key(tensor, 1)
+    assert content_hash(array) == content_hash(tensor)
+    reads = []
+    real = image_encoding.preprocess_image
+    monkeypatch.setattr(
+        image_encoding, "preprocess_image", lambda img, i, n: reads.append(i) or real(img, i, n)
+    )
+    scores = capeval.CLIPScore(model=str(tiny_clip_dir))(["a photo", "a photo"], images=[array, tensor])[
+        "scores"
+    ]
+    assert reads == [0]
+    assert scores[0] == scores[1]
+
+
+def test_a_file_whose_bytes_spell_a_pixel_header_never_takes_those_pixels_cache_key(tmp_path):
+    from capeval.corpus.embedding_cache import content_hash
+
+    black = Image.new("RGB", (1, 1))
+    forged = tmp_path / "forged.png"  # not an image: it must fail, never borrow the black pixel's embedding
+    forged.write_bytes(b"pil|RGB|(1, 1)" + black.tobytes())
+    assert content_hash(str(forged)) != content_hash(black)
+
+
+def test_a_bfloat16_tensor_reads_as_the_float32_tensor_of_its_values(tiny_clip_dir):
+    values = torch.rand(3, 16, 16).bfloat16()
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir))
+    assert (
+        scorer(["a photo"], images=[values])["scores"]
+        == scorer(["a photo"], images=[values.float()])["scores"]
+    )
+
+
+# --- High-bit-depth and half-precision images ---
+
+
+def _high_bit_depth_image(mode: str, values) -> Image.Image:
+    dtype = {"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]
+    img = Image.fromarray(np.asarray(values, dtype=dtype).reshape(40, 40))
+    assert img.mode == mode
+    return img
+
+
+@pytest.mark.parametrize(
+    ("mode", "values", "message"),
+    [
+        (
+            "I;16",
+            np.linspace(0, 65535, 1600),
+            r"image 1 is a 16-bit image \(mode I;16\) with samples from 0 to 65535",
+        ),
+        (
+            "I",
+            np.full(1600, 70_000),
+            r"image 1 is a 32-bit integer image \(mode I\) with samples from 70000 to 70000",
+        ),
+        (
+            "I",
+            np.linspace(-500, 200, 1600),
+            r"image 1 .*mode I\) with samples from -500 to 200.*saturated \(black\)",
+        ),
+        (
+            "F",
+            np.linspace(0, 1000, 1600),
+            r"image 1 is a 32-bit float image \(mode F\) with samples from 0 to 1000",
+        ),
+        ("F", np.linspace(0, 1, 1600), r"image 1 is a float image \(mode F\) with values in \[0, 1\]"),
+        (
+            "F",
+            np.r_[np.zeros(1599), np.nan],
+            r"image 1 is a 32-bit float image \(mode F\) holding NaN or infinity",
+        ),
+    ],
+)
+def test_high_bit_depth_images_the_rgb_conversion_would_saturate_are_refused_by_name(
+    tiny_clip_dir, mode, values, message
+):
+    ok = Image.new("RGB", (40, 40), "gray")
+    with pytest.raises(ValueError, match=message):
+        capeval.CLIPScore(model=str(tiny_clip_dir))(
+            ["a photo", "a photo"], images=[ok, _high_bit_depth_image(mode, values)]
+        )
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I", "F"])
+def test_high_bit_depth_images_within_8_bit_levels_score_with_the_authors_pixels(tiny_clip_dir, mode):
+    from authors_reference import authors_clip_s, authors_pixels
+
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.images import normalize_pixels, preprocess_image
+
+    levels = np.random.RandomState(4).randint(0, 256, 40 * 40)
+    img = _high_bit_depth_image(mode, levels)
+    backbone = load_backbone(str(tiny_clip_dir))
+    n = backbone.image_size
+    ours = normalize_pixels(
+        torch.from_numpy(preprocess_image(img, 0, n))[None], backbone.image_mean, backbone.image_std
+    )
+    assert torch.equal(ours[0], authors_pixels(img, n))
+    score = capeval.CLIPScore(model=str(tiny_clip_dir))(["a photo"], images=[img])["scores"][0]
+    assert score == pytest.approx(float(authors_clip_s(backbone.model, [img], ["a photo"])[0]), abs=1e-5)
+
+
+def test_bfloat16_and_float16_images_read_exactly_as_their_float32_copy(tiny_clip_dir):
+    rng = np.random.default_rng(0)
+    # Every float16 value in [0, 1]: 124 of them round to another 8-bit level when scaled in float16 arithmetic.
+    values = np.arange(0, 2**16, dtype=np.uint16).view(np.float16)
+    values = values[np.isfinite(values) & (values >= 0) & (values <= 1)]
+    half = np.resize(values, (3, 48, 48)).astype(np.float16)
+    as_float32 = half.astype(np.float32)
+    assert np.array_equal(
+        np.asarray(load_image(half.transpose(1, 2, 0), 0)),
+        np.asarray(load_image(as_float32.transpose(1, 2, 0), 0)),
+    )
+    tensor = torch.from_numpy(rng.random((3, 32, 32), dtype=np.float32)).bfloat16()
+    assert np.array_equal(np.asarray(load_image(tensor, 0)), np.asarray(load_image(tensor.float(), 0)))
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu")
+    got = scorer(PREDICTIONS, images=[tensor, torch.from_numpy(half)])
+    want = scorer(PREDICTIONS, images=[tensor.float(), torch.from_numpy(as_float32)])
+    assert got["scores"] == want["scores"]
+
+
+# --- An image dict's bytes must be bytes ---
+
+
+def test_an_image_dict_with_a_str_under_bytes_is_a_type_error_naming_the_index(tiny_clip_dir):
+    scorer = capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu")
+    image = two_images()[0]
+    with pytest.raises(
+        TypeError, match="image 1: the 'bytes' of a datasets Image dict must be bytes .* got str"
+    ):
+        scorer(PREDICTIONS, images=[image, {"bytes": "iVBORw0KGgo=", "path": None}])

@@ -1,5 +1,5 @@
 """model= given a model object with its processor (the model being trained): scored as it is at each call, with
-its modes left as found, never cached, its weights hashed into the signature at each call (issue 18, item 4).
+its modes left as found, never cached, its weights hashed into the signature at each call.
 
 The independent reference is the model itself: its own processor and raw ``get_image_features`` /
 ``get_text_features`` calls in eval mode, and the same weights loaded from a folder by name."""

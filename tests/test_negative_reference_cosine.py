@@ -4,6 +4,9 @@ The authors' code keeps that cosine (jmhessel/clipscore ``get_refonlyclipscore``
 ``RefPACScore``: ``np.max`` of the raw cosines); the papers clip it at 0 (Hessel et al. eq. 2, Sarto et al.
 eq. 5-6): ``clip_reference_cosine=True``. A random tiny CLIP (seed 2) gives the candidate and references below
 cosines near -0.27 and -0.30 with the prompt prefix, found by a search over word combinations.
+
+Where that cosine nearly cancels the candidate's own score, the harmonic mean's denominator is near zero: the
+authors' formula is kept, and a warning names the items, pointing at the caller's line.
 """
 
 from __future__ import annotations
@@ -105,3 +108,68 @@ def test_refpac_s_near_zero_warning_offers_the_papers_clipping(negative_clip, em
         out = scorer([CANDIDATE], [REFERENCES], image_embeds=image)
     a = 2.0 * c
     assert out["refpacscore_scores"][0] == pytest.approx(2 * a * best / (a + best), rel=1e-2)
+
+
+# --- Near a zero denominator the harmonic mean warns, naming the items ---
+
+
+def _cancelling_terms(scorer, monkeypatch, w: float):
+    """Two captions; in the second, w*cos(image, caption) nearly cancels its best-reference cosine of -0.4.
+
+    The tiny CLIP's captions are all alike (cosines near 0.8), so text embeddings are set by hand.
+    """
+    import torch
+
+    basis = torch.eye(16)
+    cosine = -0.4
+    table = {
+        "fine caption": basis[0],
+        "fine reference": basis[0],
+        "odd caption": basis[3],
+        "odd reference": cosine * basis[3] + (1 - cosine**2) ** 0.5 * basis[4],
+    }
+    monkeypatch.setattr(scorer, "text_embeddings", lambda texts: torch.stack([table[t] for t in texts]))
+    t = (-cosine + 1e-4) / w  # w * t + cosine = 1e-4
+    image_embeds = torch.stack([basis[0], t * basis[3] + (1 - t**2) ** 0.5 * basis[5]])
+    return ["fine caption", "odd caption"], [["fine reference"], ["odd reference"]], image_embeds
+
+
+def test_refclipscore_warns_naming_items_whose_harmonic_mean_denominator_is_near_zero(
+    tiny_clip_dir, monkeypatch
+):
+    import capeval
+
+    scorer = capeval.RefCLIPScore(model=str(tiny_clip_dir), device="cpu")
+    predictions, references, image_embeds = _cancelling_terms(scorer, monkeypatch, 2.5)
+    with pytest.warns(UserWarning, match=r"RefCLIP-S: CLIP-S \+ best-reference cosine is near zero for 1 item\(s\)"
+                      r".*item 1: CLIP-S 0\.4001, best-reference cosine -0\.4, RefCLIP-S -3\d\d\d") as record:  # fmt: skip
+        out = scorer(predictions, references, image_embeds=image_embeds)
+    assert record[0].filename == __file__  # points at the caller, not at capeval
+    assert "item 0" not in str(record[0].message)
+    assert out["scores"][0] == pytest.approx(2.5 * 1.0 * 1.0 * 2 / (2.5 + 1.0))
+    assert out["scores"][1] < -3000  # the authors' formula is kept: the warning is the guard
+
+
+def test_refclipscore_with_the_papers_clipped_cosine_has_nothing_to_warn_about(tiny_clip_dir, monkeypatch):
+    import warnings
+
+    import capeval
+
+    scorer = capeval.RefCLIPScore(model=str(tiny_clip_dir), device="cpu", clip_reference_cosine=True)
+    predictions, references, image_embeds = _cancelling_terms(scorer, monkeypatch, 2.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = scorer(predictions, references, image_embeds=image_embeds)
+    assert out["scores"][1] == 0.0  # H(0.4001, max(-0.4, 0)) = 0
+
+
+def test_refpacscore_warns_with_its_own_names_and_points_at_the_caller(tiny_clip_dir, monkeypatch):
+    import capeval
+
+    scorer = capeval.PACScore(checkpoint=str(tiny_clip_dir), device="cpu")
+    predictions, references, image_embeds = _cancelling_terms(scorer, monkeypatch, 2.0)
+    with pytest.warns(UserWarning, match=r"RefPAC-S: PAC-S \+ best-reference cosine is near zero .*item 1: "
+                      r"PAC-S 0\.4001") as record:  # fmt: skip
+        out = scorer(predictions, references, image_embeds=image_embeds)
+    assert record[0].filename == __file__
+    assert out["refpacscore_scores"][1] < -3000

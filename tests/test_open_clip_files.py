@@ -1,4 +1,4 @@
-"""OpenCLIP weights files as a base model= (issue 18, item 2): open_clip's state-dict layout with its architecture
+"""OpenCLIP weights files as a base model=: open_clip's state-dict layout with its architecture
 name and pretrained tag, or with open_clip's own open_clip_config.json beside it.
 
 Independent references: the CLIP authors' clip/model.py ``build_model`` on the same state dict (open_clip's ViT

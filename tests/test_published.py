@@ -29,7 +29,7 @@ PAPER_FILES = {
     "kilickaya2017": "kilickaya2017_reevaluating_metrics_wmd.txt",
     "sharif2020": "sharif2020_wembsim.txt",
 }
-# Tables as the papers number them (issue 16 item 7): a wrong table number in a source is a defect.
+# Tables as the papers number them: a wrong table number in a source is a defect.
 TABLES = {
     "hessel2021_t1": "Flickr8K-Expert",
     "hessel2021_t2": "Flickr8K-CF",

@@ -1,6 +1,7 @@
 """The demos' safety limits and input checks, without a browser (the browser tests drive the same paths).
 
-Covers: upload size, image pixels (decompression bombs refused from the header), video length, caption
+Covers: upload size, image pixels (decompression bombs and extreme aspect ratios refused from the header, the
+pixels of the model's resize counted), the pixels an EMScore request's sampled frames cost, video length, caption
 counts and lengths, a bounded queue, no server path and no URL read on behalf of a visitor (through the
 HTTP API too), error messages without server paths or stack traces.
 """
@@ -27,6 +28,7 @@ from capeval.demo.uploads import (
     check_uploaded_file,
     check_video_header,
 )
+from tests.frame_reads import count_frame_reads, write_frame
 
 
 @pytest.fixture
@@ -275,3 +277,114 @@ def test_typed_text_is_shown_escaped_never_as_html():
 
     html = ranked_table([Row('<img src=x onerror="alert(1)">', 0.5)], "CLIP-S", 1.0)
     assert "<img src=x" not in html and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+
+
+# --- Pixel limits count the pixels of the resize, not only those of the file ---
+
+
+@pytest.fixture
+def configured_model(monkeypatch, tiny_clip_dir):
+    monkeypatch.setenv("CAPEVAL_DEMO_MODEL", str(tiny_clip_dir))
+    return "configured"
+
+
+def test_a_1x25000000_strip_within_the_megapixel_limit_is_refused_from_its_header(configured_model, uploads):
+    from capeval.demo.uploads import check_image_header
+
+    path = uploads / "strip.png"
+    Image.new("1", (1, 25_000_000)).save(path)  # exactly the 25-megapixel limit, a few kilobytes
+    assert 1 * 25_000_000 <= DEFAULT_LIMITS.max_image_pixels
+    message = r"The image is 1x25000000, an aspect ratio of 25,000,000:1; this demo accepts at most 100:1"
+    with pytest.raises(InputError, match=message):
+        check_image_header(path, DEFAULT_LIMITS)
+    with pytest.raises(InputError, match=message):
+        get_panel("clipscore").score(image=str(path), captions="a dog", model=configured_model)
+
+
+def test_the_image_panels_count_the_resized_image_against_the_pixel_limit(configured_model, uploads):
+    from capeval.demo.panels_image import CLIPScorePanel, RefCLIPScorePanel
+
+    path = uploads / "wide.png"
+    Image.new("RGB", (2000, 20), "gray").save(path)  # 40,000 pixels in the file, 100:1
+    limits = Limits(max_image_pixels=50_000)  # the model (input 32) resizes it to 3200x32 = 102,400
+    message = (
+        r"The image is 2000x20: the model resizes it to 3200x32 \(102,400 pixels\) before cropping; "
+        r"this demo accepts at most 50,000 pixels per image"
+    )
+    with pytest.raises(InputError, match=message):
+        CLIPScorePanel(limits).score(image=str(path), captions="a dog", model=configured_model)
+    with pytest.raises(InputError, match=message):
+        RefCLIPScorePanel(limits).score(
+            image=str(path), captions="a dog", references="a cat", model=configured_model
+        )
+    scored = CLIPScorePanel(Limits(max_image_pixels=110_000)).score(
+        image=str(path), captions="a dog", model=configured_model
+    )
+    assert len(scored.rows) == 1
+
+
+def test_a_video_with_an_extreme_aspect_ratio_is_refused_from_its_container(uploads):
+    from capeval.clip.video import write_video
+    from capeval.demo.uploads import check_video_header
+
+    path = write_video(uploads / "strip.mp4", [np.zeros((2, 400, 3), dtype=np.uint8)] * 2, fps=2)
+    with pytest.raises(
+        InputError, match=r"The video is 400x2, an aspect ratio of 200:1; this demo accepts at most"
+    ):
+        check_video_header(path, DEFAULT_LIMITS)
+
+
+# --- An EMScore request's frames are bounded before they are sampled ---
+
+
+@pytest.fixture
+def frame_reads(monkeypatch):
+    """Counts the frames the video reader decodes and resizes."""
+    return count_frame_reads(monkeypatch)
+
+
+def test_the_emscore_space_refuses_a_strip_frame_before_sampling_it(configured_model, uploads, frame_reads):
+    strip = uploads / "strip.png"
+    Image.new("RGB", (1, 1000)).save(strip)
+    with pytest.raises(
+        InputError, match=r"The frame 1 is 1x1000, an aspect ratio of 1,000:1; this demo accepts"
+    ):
+        get_panel("emscore").score(
+            frames=[str(strip)], captions="a dog", model=configured_model, num_frames=32
+        )
+    assert frame_reads == []
+
+
+def test_the_emscore_space_bounds_the_pixels_of_a_request_and_says_the_limit(
+    configured_model, uploads, frame_reads
+):
+    from capeval.demo.panels_video import EMScorePanel
+
+    frames = [write_frame(uploads / f"f{k}.png", size=(400, 300), seed=k) for k in range(4)]
+    # Each frame: 120,000 decoded + 42x32 = 1,344 resized; four of them are 485,376 pixels.
+    panel = EMScorePanel(Limits(max_request_pixels=400_000))
+    message = (
+        r"The 4 frames sampled 32 times need 485,376 pixels of decoding and resizing \(each distinct frame once\); "
+        r"this demo handles at most 400,000 pixels per request"
+    )
+    with pytest.raises(InputError, match=message):
+        panel.score(frames=frames, captions="a dog", model=configured_model, num_frames=32)
+    assert frame_reads == []
+    scored = panel.score(frames=frames[:3], captions="a dog", model=configured_model, num_frames=32)
+    assert len(scored.rows) == 1
+    # Scoring and the heatmap each read the three distinct frames once, however often they are sampled.
+    assert len(frame_reads) == 2 * 3
+
+
+def test_a_video_request_counts_its_sampled_frames_after_resizing(configured_model, uploads):
+    from capeval.clip.video import write_video
+    from capeval.demo.panels_video import EMScorePanel
+
+    path = write_video(uploads / "v.mp4", [np.zeros((32, 64, 3), dtype=np.uint8)] * 4, fps=4)
+    # Each sampled frame: 2,048 converted + 64x32 = 2,048 resized; 16 samples are 65,536 pixels.
+    with pytest.raises(
+        InputError, match=r"16 frames of this video need 65,536 pixels of decoding and resizing"
+    ):
+        EMScorePanel(Limits(max_request_pixels=60_000)).score(
+            video=str(path), captions="a dog", model=configured_model, num_frames=16
+        )

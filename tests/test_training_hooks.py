@@ -169,6 +169,26 @@ def test_empty_predictions_score_zero_and_are_counted(tokenizer, eval_rows, tiny
         strict(EvalPrediction(ids, encode_padded(tokenizer, captions)))
 
 
+def test_the_trainer_hook_counts_an_invisible_generated_caption_as_empty(tiny_clip_dir):
+    import datasets
+
+    from capeval.integrations.trainer import make_compute_metrics
+
+    rows = datasets.Dataset.from_dict({"image": [Image.new("RGB", (32, 32), c) for c in ("red", "blue")]})
+
+    class Decoder:  # the hook's scoring of decoded captions does not decode
+        def batch_decode(self, ids, skip_special_tokens=True):
+            raise AssertionError("not called")
+
+    hook = make_compute_metrics(Decoder(), rows, ["clipscore"], options={"model": str(tiny_clip_dir)})
+    out = hook.score(["a red square", "\u200b"])
+    alone = capeval.CLIPScore(model=str(tiny_clip_dir))(["a red square"], images=[rows[0]["image"]])[
+        "clipscore"
+    ]
+    assert out["empty_predictions"] == 1
+    assert out["clipscore"] == pytest.approx(alone / 2, abs=1e-6)
+
+
 def test_logits_instead_of_generated_ids_point_to_predict_with_generate(tokenizer, eval_rows, tiny_clip_dir):
     hook = make_compute_metrics(tokenizer, eval_rows, ["clipscore"], options={"model": str(tiny_clip_dir)})
     logits = np.zeros((len(eval_rows), 5, 30), dtype=np.float32)

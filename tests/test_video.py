@@ -1,4 +1,5 @@
-"""Video decoding, frame sampling and frame embeddings (capeval.clip.video), on videos written by the tests."""
+"""Video decoding, frame sampling and frame embeddings (capeval.clip.video), on videos written by the tests; each
+distinct frame is read once."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from capeval.clip.backbones import load_backbone
 from capeval.clip.frame_encoding import encode_videos, frame_embeddings
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.video import decode_video, sample_indices, video_key, write_video
+from tests.frame_reads import count_frame_reads, write_frame
 
 SIZE = 32
 
@@ -113,6 +115,16 @@ def test_video_keys_identify_equal_content_and_paths(gray_video):
     assert video_key(frames, 0) == video_key([f.copy() for f in frames], 1)
     assert video_key(frames, 0) != video_key(frames[:2], 1)
     assert video_key(gray_video, 0) == video_key(str(gray_video), 1)
+
+
+def test_video_keys_tell_array_and_tensor_layouts_apart():
+    from capeval.clip.video import video_key
+
+    frames = np.random.RandomState(3).randint(0, 256, (2, 3, 8, 3), dtype=np.uint8)  # (T, H, W, C)
+    same_bytes = torch.from_numpy(frames.copy())  # read as (T, C, H, W): other frames
+    same_frames = torch.from_numpy(frames.copy()).permute(0, 3, 1, 2)
+    assert video_key(frames, 0) != video_key(same_bytes, 1)
+    assert video_key(frames, 0) == video_key(same_frames, 2)
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +269,57 @@ def test_write_video_round_trips_odd_sizes(tmp_path):
         warnings.simplefilter("error")
         got = decode_video(path, None, SIZE)
     assert len(got) == 3 and os.path.getsize(path) > 0
+
+
+# --- Each distinct frame is read once ---
+
+
+@pytest.fixture
+def frame_reads(monkeypatch):
+    """Counts the frames the video reader decodes and resizes."""
+    return count_frame_reads(monkeypatch)
+
+
+def test_a_frame_sampled_32_times_is_decoded_and_resized_once_with_the_same_pixels(tmp_path, frame_reads):
+    from capeval.clip.images import preprocess_image
+    from capeval.clip.video import read_frames
+
+    frame = write_frame(tmp_path / "f.png")
+    frames = read_frames([frame], 32, 32, 0)
+    assert len(frame_reads) == 1
+    assert len(frames) == 32
+    assert all(np.array_equal(f, preprocess_image(frame, 0, 32)) for f in frames)
+
+
+def test_identical_frames_given_several_times_are_read_once(tmp_path, frame_reads):
+    from capeval.clip.video import read_frames
+
+    a = Image.open(write_frame(tmp_path / "a.png", seed=1)).convert("RGB")
+    b = Image.open(write_frame(tmp_path / "b.png", seed=2)).convert("RGB")
+    frames = read_frames([a, a.copy(), b, a, b.copy()], None, 32, 0)
+    assert len(frame_reads) == 2
+    assert np.array_equal(frames[0], frames[3]) and not np.array_equal(frames[0], frames[2])
+    stacked = np.stack(
+        [np.asarray(a), np.asarray(b), np.asarray(a)]
+    )  # an array video: each frame its content
+    frame_reads.clear()
+    read_frames(stacked, 6, 32, 0)
+    assert len(frame_reads) == 2
+
+
+def test_deduplicated_frames_give_the_embeddings_of_frame_by_frame_encoding(tiny_clip_dir, tmp_path):
+    import torch
+
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.frame_encoding import encode_videos
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.images import preprocess_image
+
+    backbone = load_backbone(str(tiny_clip_dir))
+    a, b = write_frame(tmp_path / "a.png", seed=3), write_frame(tmp_path / "b.png", seed=4)
+    (emb,) = encode_videos(backbone, [[a, a, b]], num_frames=7)
+    n = backbone.image_size
+    each = encode_images(backbone, [preprocess_image(f, 0, n) for f in (a, b)])
+    # np.linspace(0, 2, 7) truncated: frames 0 0 0 1 1 1 2 of [a, a, b], so a a a a a a b
+    expected = each[[0, 0, 0, 0, 0, 0, 1]]
+    assert torch.equal(emb, expected)

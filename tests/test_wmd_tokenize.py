@@ -79,7 +79,7 @@ STANFORD_OUTPUT = [
         "Two dogs , one black and one white , play in the snow ; they're happy : yes !",
         "two dogs , one black and one white , play in the snow ; they 're happy : yes !",
     ),
-    # The forms issue 16 found lexed differently from the jar (same jar, same flags, run here).
+    # Forms that once lexed differently from the jar (same jar, same flags, run here).
     (
         "In the '90s 1,000 people ate fish'n'chips :) here",
         "in the '90s 1,000 people ate fish 'n' chips :-rrb- here",

@@ -178,7 +178,7 @@ def test_ptb_tokenize_differs_from_the_jar_only_on_the_listed_generated_cases(tm
         (t, " ".join(ptb_tokenize(t)), s) for (w, t), s in zip(cases, lines, strict=True) if w in unexplained
     ]
     assert fixed == [], "these now agree with the jar: drop them from KNOWN_DIFFERENCES and the card"
-    # The cases the COCO toolkit got wrong before (issue 16), now equal to the jar after its punctuation removal.
+    # Forms that once lexed differently from the jar, now equal to it after its punctuation removal.
     for text, expected in [
         ("1,000", "1,000"),
         ("'90s", "'90s"),

@@ -1,0 +1,19 @@
+"""A finished corpus run, to damage, to hold or to compare with, for the corpus tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capeval.corpus.run import score_corpus
+from tests.test_corpus import make_corpus
+
+CHUNK = 6  # 23 rows: parts of 6, 6, 6 and 5 rows
+
+
+def finish_a_run(root: Path, model: str) -> tuple[Path, Path, dict, dict]:
+    """A finished run of 23 rows (two of them error rows): the corpus, its output folder, its options and its
+    summary."""
+    corpus = make_corpus(root, 23)
+    options = dict(model=model, chunk_size=CHUNK, batch_size=4)
+    result = score_corpus(corpus, root / "reference", **options)
+    return corpus, root / "reference", options, result.summary

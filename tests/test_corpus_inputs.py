@@ -1,0 +1,173 @@
+"""What a corpus run takes: a source without rows is refused saying what it holds, unreadable shards end the
+command with one line naming each, bad run settings are refused before anything is written, rows that lack
+references are scored per row, and a caption without visible text is a reported row."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+import capeval
+from capeval.cli import main
+from capeval.corpus.run import score_corpus
+from capeval.corpus.sources import EmptySourceError
+from tests.corpus_runs import finish_a_run
+from tests.test_corpus import read_jsonl
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_clip_dir):
+    """A finished run of 23 rows (two of them error rows): the corpus, its output folder and its options."""
+    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
+
+
+# --- A source without rows is refused saying what it holds ---
+
+
+def _folder_of(root: Path, names: list[str]) -> Path:
+    root.mkdir(parents=True)
+    for name in names:
+        (root / name).write_bytes(b"x")
+    return root
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        ([], r"holds no file"),
+        (["b.csv", "notes"], r"found 2 files \(1 \(no extension\), 1 \*\.csv\).*CSV"),
+        (["rows.json"], r"a \.json file is read when given itself"),
+    ],
+    ids=["empty folder", "csv", "json"],
+)
+def test_a_folder_without_rows_is_refused_saying_what_it_holds(finished_run, tmp_path, names, message):
+    corpus, _, options, _ = finished_run
+    folder = _folder_of(tmp_path / "source", names)
+    out = tmp_path / "out"
+    with pytest.raises(EmptySourceError, match=f"no rows to score.*{re.escape(str(folder))}.*{message}"):
+        score_corpus(folder, out, **options)
+    assert not (out / "run.json").exists()  # the same folder then takes the corrected source
+    assert score_corpus(corpus, out, **options).summary["rows"] == 23
+
+
+def test_empty_jsonl_files_and_datasets_are_refused_by_name(finished_run, tmp_path):
+    import datasets
+
+    _, _, options, _ = finished_run
+    (tmp_path / "blank.jsonl").write_text("\n  \n")
+    with pytest.raises(
+        EmptySourceError, match=r"blank\.jsonl \(4 bytes\) is empty or holds only blank lines"
+    ):
+        score_corpus(tmp_path / "blank.jsonl", tmp_path / "a", **options)
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    for name in ("a.jsonl", "b.ndjson"):
+        (folder / name).write_text("")
+    with pytest.raises(EmptySourceError, match=r"a\.jsonl \(0 bytes\), .*b\.ndjson \(0 bytes\) are empty"):
+        score_corpus(folder, tmp_path / "b", **options)
+    empty = datasets.Dataset.from_dict({"image": [], "caption": []})
+    streamed = datasets.IterableDataset.from_generator(lambda: iter(()), features=empty.features)
+    for source in (empty, streamed):
+        with pytest.raises(EmptySourceError, match=r"no rows to score: the dataset .* is empty"):
+            score_corpus(source, tmp_path / "c", **options)
+
+
+def test_cli_corpus_on_unreadable_shards_exits_with_one_line_naming_each(finished_run, tmp_path, capsys):
+    _, _, options, _ = finished_run
+    folder = _folder_of(tmp_path / "shards", ["000.tar", "001.tar"])
+    rc = main(
+        ["score", "--corpus", str(folder), "--output", str(tmp_path / "out"), "--model", options["model"]]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert f"capeval: error: none of the 2 shard(s) in {folder} could be read (000: shard " in err
+    assert "001: shard" in err and "is not a readable tar file" in err
+
+
+# --- Run settings are checked before anything is written ---
+
+
+@pytest.mark.parametrize(
+    "setting, error, message",
+    [
+        ({"chunk_size": 0}, ValueError, "chunk_size must be >= 1, got 0"),
+        ({"chunk_size": "6"}, TypeError, "chunk_size must be an integer, got str '6'"),
+        ({"chunk_size": True}, TypeError, "chunk_size must be an integer, got bool True"),
+        ({"num_workers": 0}, ValueError, "num_workers must be >= 1, got 0"),
+        ({"threshold": math.nan}, ValueError, "threshold must be a finite number, got nan"),
+        ({"threshold": -math.inf}, ValueError, "threshold must be a finite number, got -inf"),
+        ({"threshold": "0.3"}, TypeError, "threshold must be a number, got str '0.3'"),
+    ],
+)
+def test_bad_run_settings_are_refused_before_anything_is_written(
+    finished_run, tmp_path, setting, error, message
+):
+    corpus, _, options, _ = finished_run
+    with pytest.raises(error, match=message):
+        score_corpus(corpus, tmp_path / "out", **{**options, **setting})
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_threshold_nan_is_refused(finished_run, tmp_path, capsys):
+    corpus, _, options, _ = finished_run
+    args = ["score", "--corpus", str(corpus), "--output", str(tmp_path / "out"), "--model", options["model"]]
+    # Refused by the argument parser (capeval.validation's rule), before the run starts.
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--threshold", "nan"])
+    assert exit_info.value.code == 2
+    assert "argument --threshold: threshold must be a finite number, got nan" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# --- Rows that lack references are scored per row ---
+
+
+def test_references_that_some_rows_lack_are_scored_per_row_with_counted_means(finished_run, tmp_path):
+    corpus, _, options, _ = finished_run
+    rows = read_jsonl(corpus)
+    for i in (0, 1, 2, 10):
+        del rows[i]["references"]
+    mixed = corpus.parent / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = {k: v for k, v in options.items() if k != "model"}
+    result = score_corpus(
+        mixed,
+        tmp_path / "pacs",
+        "pacscore",
+        checkpoint=options["model"],
+        references_column="references",
+        **base,
+    )
+    got = read_jsonl(result.scores)
+    assert "refpacscore" not in got[0] and "refpacscore" in got[4]
+    assert result.summary["score_counts"] == {"pacscore": 21, "refpacscore": 17}
+    plain = capeval.PACScore(checkpoint=options["model"])(
+        [rows[i]["caption"] for i in (4, 5)],
+        references=[rows[i]["references"] for i in (4, 5)],
+        images=[str(corpus.parent / rows[i]["image"]) for i in (4, 5)],
+    )
+    assert [got[4]["refpacscore"], got[5]["refpacscore"]] == pytest.approx(
+        plain["refpacscore_scores"], abs=1e-6
+    )
+    # CLIPScore ignores a references column instead of failing on it.
+    clip = score_corpus(mixed, tmp_path / "clip", references_column="references", **options)
+    assert clip.summary["scored"] == 21
+
+
+# --- A caption without visible text is a reported row, not scored ---
+
+
+def test_a_corpus_row_with_an_invisible_caption_is_reported_not_scored():
+    from capeval.corpus.items import Columns, to_item
+
+    columns = Columns(caption="caption", image="image", references="refs", id=None)
+    item = to_item(0, {"caption": "\u200b\u200b", "image": "x.png"}, columns, needs_refs=False)
+    assert item.error == "caption ('caption') is missing or empty (no visible text)"
+    item = to_item(
+        1, {"caption": "a dog", "image": "x.png", "refs": ["a dog", "\x00"]}, columns, needs_refs=True
+    )
+    assert "references ('refs') must be a non-empty list of non-empty strings" in item.error

@@ -1,0 +1,135 @@
+"""One run per output folder: a second run on a folder another process holds is refused naming that process, in
+Python and on the command line, without touching the first run's output; a killed run leaves no lock behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import capeval
+from capeval.cli import main
+from capeval.corpus.lock import FolderInUseError
+from capeval.corpus.run import score_corpus
+from tests.corpus_runs import finish_a_run
+from tests.test_corpus import read_jsonl
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_clip_dir):
+    """A finished run of 23 rows (two of them error rows): the corpus, its output folder and its options."""
+    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
+
+
+# --- A folder another run holds is refused; a killed run takes its lock with it ---
+
+
+HOLDER_SCRIPT = """
+import os, sys, time
+from pathlib import Path
+from capeval.corpus.run import score_corpus
+from capeval.corpus.sources import JsonlSource
+
+corpus, out, model, started, release = sys.argv[1:6]
+
+
+class HeldSource(JsonlSource):
+    # Holds the run (and so its lock) until the test lets it go.
+    def parts(self, chunk_size, wanted):
+        Path(started).write_text(str(os.getpid()))
+        deadline = time.time() + 300
+        while not Path(release).exists():
+            if time.time() > deadline:
+                raise SystemExit("never released")
+            time.sleep(0.02)
+        yield from super().parts(chunk_size, wanted)
+
+
+result = score_corpus(HeldSource([Path(corpus)]), out, model=model, chunk_size=6, batch_size=4)
+print("rows", result.summary["rows"])
+"""
+
+
+class _HoldingRun:
+    """Another process running ``score_corpus`` on ``out``, paused once it holds the folder."""
+
+    def __init__(self, tmp_path: Path, corpus: Path, out: Path, model: str) -> None:
+        script = tmp_path / "holder.py"
+        script.write_text(HOLDER_SCRIPT)
+        self.started, self.release = tmp_path / "started", tmp_path / "release"
+        src = str(Path(capeval.__file__).resolve().parents[1])
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+        )
+        self.log = open(tmp_path / "holder.log", "w")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), str(corpus), str(out), model, str(self.started), str(self.release)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        deadline = time.time() + 300
+        while not self.started.exists():
+            assert self.proc.poll() is None, (tmp_path / "holder.log").read_text()[-3000:]
+            assert time.time() < deadline, "the holding run never started"
+            time.sleep(0.05)
+
+    def finish(self) -> tuple[int, str]:
+        self.release.touch()
+        return self.wait()
+
+    def kill(self) -> int:
+        self.proc.send_signal(signal.SIGKILL)
+        return self.wait()[0]
+
+    def wait(self) -> tuple[int, str]:
+        code = self.proc.wait(timeout=300)
+        self.log.close()
+        return code, Path(self.log.name).read_text()
+
+
+@pytest.fixture
+def holding_run(finished_run, tmp_path, tiny_clip_dir):
+    corpus = finished_run[0]
+    holder = _HoldingRun(tmp_path, corpus, tmp_path / "out", str(tiny_clip_dir))
+    yield holder
+    if holder.proc.poll() is None:
+        holder.kill()
+
+
+def test_a_second_run_on_a_held_folder_is_refused_in_python_and_on_the_command_line(
+    finished_run, holding_run, tmp_path, capsys
+):
+    corpus, reference, options, _ = finished_run
+    out = tmp_path / "out"
+    pid = holding_run.started.read_text()
+    with pytest.raises(
+        FolderInUseError, match=f"another run holds the output folder {re.escape(str(out))} \\(process {pid} "
+    ):
+        score_corpus(corpus, out, **options)
+    args = ["score", "--corpus", str(corpus), "--output", str(out), "--model", options["model"]]
+    assert main([*args, "--chunk-size", "6", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"capeval: error: another run holds the output folder {out} (process {pid} " in err
+    code, log = holding_run.finish()  # the refused runs touched nothing of the first
+    assert code == 0 and "rows 23" in log, log[-3000:]
+    got, want = read_jsonl(out / "scores.jsonl"), read_jsonl(reference / "scores.jsonl")
+    # Another process, other thread count: equal up to float rounding.
+    assert [r.get("clipscore") for r in got] == pytest.approx([r.get("clipscore") for r in want], abs=1e-6)
+    again = score_corpus(corpus, out, **options)  # released: the folder is free again
+    assert again.summary["this_run"]["parts_skipped"] == 4
+
+
+def test_a_killed_run_leaves_no_lock_behind(finished_run, holding_run, tmp_path):
+    corpus, reference, options, _ = finished_run
+    out = tmp_path / "out"
+    assert holding_run.kill() == -signal.SIGKILL
+    assert (out / "run.lock").exists()  # the file stays; the OS lock went with the process
+    result = score_corpus(corpus, out, **options)
+    assert result.scores.read_bytes() == (reference / "scores.jsonl").read_bytes()
