@@ -123,6 +123,21 @@ class PartRun:
     cache: Path
     counters: RunCounters = field(default_factory=RunCounters)
 
+    def execute(
+        self, num_workers: int | None, progress: bool | None, threshold: float | None, threshold_key: str
+    ) -> dict:
+        """Claim the folder, score this process's parts, merge and summarise; the lock is held throughout."""
+        lock = self.claim()
+        try:
+            self.state.wait_for_everyone()
+            started = time.time()
+            encoder = self.score_parts(num_workers, progress)
+            self.state.wait_for_everyone()
+            return self.summarise(threshold, threshold_key, encoder, started)
+        finally:
+            if lock is not None:
+                lock.release()  # the OS releases it too if this process dies
+
     def manifest(self) -> dict:
         """What ``run.json`` records: a rerun with other settings or another source is refused."""
         c = self.columns

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,22 +106,18 @@ def score_corpus(
         caption_column, image_column, references_column, id_column: the row fields used (unset: ``caption``
             and ``image``; for Parquet shards, chosen once from the first shard's columns). Images are paths
             (relative to the JSONL file), ``datasets`` Image values, or decoded pictures.
-        split: split of a dataset with several.
-        threshold: write ``kept.jsonl`` with the rows whose ``threshold_key`` score is at least this.
-        threshold_key: per-row score compared with ``threshold`` (default: the metric's own).
-        cache: embedding cache file (default ``output_dir/embeddings.sqlite``); share one across runs.
-        chunk_size: rows per part (resumption unit; memory grows with it).
-        progress: progress bar with rate and ETA (``None``: on a terminal only).
+        threshold, threshold_key: write ``kept.jsonl`` with the rows whose ``threshold_key`` score (default:
+            the metric's own) is at least ``threshold``.
+        split, cache: a dataset's split; the embedding cache file (default ``output_dir/embeddings.sqlite``).
+        chunk_size, progress: rows per part (the unit of resumption and memory); a progress bar (``None``: on
+            a terminal only).
         num_workers: threads reading and decoding images (``engine="ray"``: actors holding a model).
-        engine: ``"local"`` or ``"ray"``. Shards (a folder of img2dataset's ``.tar`` files or of ``.parquet``
-            files, a glob, a list) and every ``"ray"`` run go through ``capeval.corpus.shard_run.score_shards``:
-            one ``scores/<shard>.parquet`` per shard, ``summary.json``, ``kept.jsonl``.
-        metrics: several per-row metrics at once (shards only; default ``[metric]``).
-        top_fraction: shards only: keep the top fraction by ``threshold_key`` (DataComp's cut).
-        save_embeddings: shards only: also write float16 image and caption embeddings.
+        engine: ``"local"`` or ``"ray"``. Shards (img2dataset's ``.tar`` files or ``.parquet`` files: a folder,
+            a glob, a list) and every ``"ray"`` run go to ``capeval.corpus.shard_run.score_shards``.
+        metrics, top_fraction, save_embeddings: shards only: several per-row metrics (default ``[metric]``),
+            DataComp's cut (the top fraction by ``threshold_key``), float16 image and caption embeddings too.
         ray_address: the Ray cluster to join (``"auto"``); None starts a local one.
-        **options: metric options (``model``, ``device``, ``dtype``, ``batch_size``, ``prefix``, ``w``,
-            ``checkpoint``).
+        **options: metric options (``model``, ``device``, ``dtype``, ``batch_size``, ``prefix``, ``w``, ...).
 
     Returns:
         CorpusResult: output paths and the summary (identical in every process).
@@ -130,13 +125,7 @@ def score_corpus(
     from capeval.corpus.distributed import process_state
     from capeval.corpus.shards import is_shard_source
 
-    if not isinstance(options.get("model", ""), (str, os.PathLike)):
-        # A resumable run names its model in run.json and its cache keys: a model object has no name that
-        # outlives the process, and its weights change.
-        raise TypeError(
-            "score_corpus takes model= as a Hub id or a folder; a model object cannot be resumed or cached: save "
-            "it with save_pretrained (and its processor) and pass that folder"
-        )
+    _refuse_model_object(options)
     if engine == "ray" or is_shard_source(source):
         return _score_shard_source(
             source, output_dir, list(metrics or [metric]), engine, caption_column, image_column, threshold,
@@ -147,48 +136,31 @@ def score_corpus(
             "metrics=, top_fraction= and save_embeddings= apply to shards (.tar/.parquet files); this source is "
             f"{type(source).__name__} {source!r:.80}: use metric= and threshold="
         )
-
-    caption_column = caption_column or "caption"
-    image_column = image_column or "image"
-    image_metrics = row_image_metrics()
-    if metric not in image_metrics:
-        raise ValueError(f"corpus scoring takes an image metric ({', '.join(image_metrics)}), got {metric!r}")
-    needs_refs = spec(metric).needs("references")
-    _check_run_arguments(chunk_size, threshold, num_workers)
-    if needs_refs and references_column is None:
-        raise ValueError(f"{metric} needs references: name their column (references_column=...)")
+    columns = Columns(caption_column or "caption", image_column or "image", references_column, id_column)
+    _check_run_arguments(metric, columns, chunk_size, threshold, num_workers)
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     state = process_state(options.get("device"))
     if state.num_processes > 1:
         options["device"] = state.device  # one GPU per process
     run = PartRun(
-        output=output,
-        metric=metric,
-        scorer=build_scorer(metric, **options, progress=False),
-        source=open_source(source, image_column, split),
-        columns=Columns(caption_column, image_column, references_column, id_column),
-        chunk_size=chunk_size,
-        state=state,
+        output=output, metric=metric, scorer=build_scorer(metric, **options, progress=False),
+        source=open_source(source, columns.image, split), columns=columns, chunk_size=chunk_size, state=state,
         cache=Path(cache) if cache else output / "embeddings.sqlite",
-    )
-    lock = run.claim()
-    try:
-        state.wait_for_everyone()
-        started = time.time()
-        encoder = run.score_parts(num_workers, progress)
-        state.wait_for_everyone()
-        summary = run.summarise(threshold, threshold_key or metric, encoder, started)
-    finally:
-        if lock is not None:
-            lock.release()  # the OS releases it too if this process dies
-    return CorpusResult(
-        output_dir=output,
-        scores=output / "scores.jsonl",
-        errors=output / "errors.jsonl",
-        kept=output / "kept.jsonl" if threshold is not None else None,
-        summary=summary,
-    )
+    )  # fmt: skip
+    summary = run.execute(num_workers, progress, threshold, threshold_key or metric)
+    kept = output / "kept.jsonl" if threshold is not None else None
+    return CorpusResult(output, output / "scores.jsonl", output / "errors.jsonl", kept, summary)
+
+
+def _refuse_model_object(options: dict) -> None:
+    """A resumable run names its model in run.json and its cache keys: a model object has no name that outlives
+    the process, and its weights change."""
+    if not isinstance(options.get("model", ""), (str, os.PathLike)):
+        raise TypeError(
+            "score_corpus takes model= as a Hub id or a folder; a model object cannot be resumed or cached: save "
+            "it with save_pretrained (and its processor) and pass that folder"
+        )
 
 
 def _score_shard_source(
@@ -223,8 +195,17 @@ def _score_shard_source(
     )  # fmt: skip
 
 
-def _check_run_arguments(chunk_size: Any, threshold: Any, num_workers: Any) -> None:
-    """Refuse run settings that would crash late or filter silently wrong."""
+def _check_run_arguments(
+    metric: str, columns: Columns, chunk_size: Any, threshold: Any, num_workers: Any
+) -> None:
+    """Refuse run settings that would crash late or filter silently wrong: a metric that is not a per-row image
+    metric, a missing references column where the metric needs one, sizes that are not positive integers, a
+    threshold that is not a finite number."""
+    image_metrics = row_image_metrics()
+    if metric not in image_metrics:
+        raise ValueError(f"corpus scoring takes an image metric ({', '.join(image_metrics)}), got {metric!r}")
+    if spec(metric).needs("references") and columns.references is None:
+        raise ValueError(f"{metric} needs references: name their column (references_column=...)")
     for name, value in (("chunk_size", chunk_size), ("num_workers", num_workers)):
         if value is None and name == "num_workers":
             continue
