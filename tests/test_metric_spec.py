@@ -283,3 +283,14 @@ def test_options_of_a_run_reach_only_the_metrics_that_declare_them():
     assert isinstance(spec("pacscore").option("checkpoint"), Option)
     with pytest.raises(KeyError, match="wmd has no option 'w'"):
         spec("wmd").option("w")
+
+
+def test_the_metric_flags_are_declared_options_and_show_the_declared_defaults():
+    from capeval.cli import RUN_OPTIONS, build_parser
+
+    declared = {o.name for s in specs().values() for o in s.options if o.run_wide}
+    assert set(RUN_OPTIONS) <= declared
+    score = next(a for a in build_parser()._actions if a.dest == "command").choices["score"]
+    flags = {a.dest: a for a in score._actions}
+    assert set(RUN_OPTIONS) <= set(flags)
+    assert "2.5: clipscore, refclipscore; 2.0: pacscore" in flags["w"].help

@@ -164,15 +164,29 @@ def _confidence(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``capeval`` command: ``score``, ``compare``, ``install-modules`` and ``bench``."""
     from capeval import __version__
-    from capeval.clip.backbones import DEFAULT_MODEL
-    from capeval.clip.batching import BATCH_SIZE
-    from capeval.validation import MAX_W, check_count, check_weight, cli_type
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_score_parser(sub)
 
+    from capeval.bench.compare_cli import add_compare_parser
+
+    add_compare_parser(sub)
+    _add_install_modules_parser(sub)
+    try:
+        from capeval.bench.cli import add_bench_parser
+    except ImportError:
+        pass
+    else:
+        add_bench_parser(sub)
+    return parser
+
+
+def _add_score_parser(sub) -> None:
+    """``capeval score``: caption files against images and references, and corpora (``--corpus``)."""
     score = sub.add_parser(
         "score",
         help="score captions of one or more systems against their images and references",
@@ -205,6 +219,25 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--format", default="text", choices=["text", "markdown", "csv", "json"], help="table format"
     )
+    score.add_argument(
+        "--save-per-instance",
+        metavar="OUT.json",
+        help="write per-image scores of every metric: {image_id: {metric: score}} for one system, "
+        "{system: {image_id: {metric: score}}} for several",
+    )
+    _add_comparison_arguments(score)
+    add_metric_options(score)
+    score.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from capeval.corpus.cli import add_corpus_arguments
+
+    add_corpus_arguments(score)
+    score.set_defaults(func=_score_command)
+
+
+def _add_comparison_arguments(score) -> None:
+    """The paired test of each metric's corpus score between systems (``capeval.compare_many``)."""
+    from capeval.validation import check_count, cli_type
+
     compare = score.add_argument_group(
         "comparison of systems (paired test of each metric's corpus score, capeval.compare_many)"
     )
@@ -221,60 +254,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     compare.add_argument("--correction", default="none", choices=["none", "holm"], help="across systems")
-    score.add_argument(
-        "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
-    )
-    score.add_argument(
-        "--save-per-instance",
-        metavar="OUT.json",
-        help="write per-image scores of every metric: {image_id: {metric: score}} for one system, "
-        "{system: {image_id: {metric: score}}} for several",
-    )
-    score.add_argument(
+
+
+def declared_defaults(option: str) -> str:
+    """The defaults the metrics declare for ``option``, in words (``"2.5: clipscore, refclipscore; 2.0:
+    pacscore"``), for a flag's help."""
+    from capeval.registry import specs
+
+    by_value: dict[str, list[str]] = {}
+    for name, declared in specs().items():
+        if option in declared.option_names():
+            by_value.setdefault(repr(declared.option(option).default), []).append(name)
+    return "; ".join(f"{value}: {', '.join(names)}" for value, names in by_value.items())
+
+
+# The metric options a whole run gives its metrics (each reaches the metrics that declare it, run_wide).
+RUN_OPTIONS = ("model", "checkpoint", "vectors", "device", "dtype", "batch_size", "prefix", "w")
+
+
+def add_metric_options(parser) -> None:
+    """The flags of ``RUN_OPTIONS``, checked by the rule every path uses, their defaults the metrics' own."""
+    from capeval.clip.backbones import DEFAULT_MODEL
+    from capeval.clip.batching import BATCH_SIZE
+    from capeval.validation import MAX_W, check_count, check_weight, cli_type
+
+    group = parser.add_argument_group("metric options (each reaches the metrics that take it)")
+    group.add_argument(
         "--model",
         default=None,
         help=f"CLIP Hub id or local folder (default {DEFAULT_MODEL}; with --checkpoint, the checkpoint's base)",
     )
-    score.add_argument(
+    group.add_argument(
         "--checkpoint",
         default=None,
         help="PAC-S weights (.pth, converted folder or Hub repo): PAC-S / RefPAC-S",
     )
-    score.add_argument(
+    group.add_argument(
+        "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
+    )
+    group.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1, ... (default: first GPU if any, else CPU)"
     )
-    score.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    score.add_argument("--batch-size", type=cli_type("batch_size", int, check_count), default=BATCH_SIZE)
-    score.add_argument(
+    group.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    group.add_argument("--batch-size", type=cli_type("batch_size", int, check_count), default=BATCH_SIZE)
+    group.add_argument(
         "--prefix",
         default=None,
         help='prompt before each caption (default: the model family\'s, "A photo depicts" for English models)',
     )
-    score.add_argument(
+    group.add_argument(
         "--w",
         type=cli_type("w", float, check_weight),
         default=None,
-        help=f"rescaling weight, a number > 0 and <= {MAX_W:g} (default 2.5; PAC-S 2.0)",
+        help=f"rescaling weight, a number > 0 and <= {MAX_W:g} (default {declared_defaults('w')})",
     )
-    score.add_argument("--no-progress", action="store_true", help="no progress bars")
-    from capeval.corpus.cli import add_corpus_arguments
-
-    add_corpus_arguments(score)
-    score.set_defaults(func=_score_command)
-
-    from capeval.bench.compare_cli import add_compare_parser
-
-    add_compare_parser(sub)
-
-    _add_install_modules_parser(sub)
-
-    try:
-        from capeval.bench.cli import add_bench_parser
-    except ImportError:
-        pass
-    else:
-        add_bench_parser(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
