@@ -171,6 +171,52 @@ def score_systems(
             and the image id), a metric that is unknown or cannot run here, or one that needs images or
             references not given; all before any model is loaded.
     """
+    inputs = _checked_inputs(systems, images, references, ids)
+    options = dict(
+        model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
+        prefix=prefix, w=w, vectors=vectors, progress=progress,
+    )  # fmt: skip
+    resolved = resolve_metrics(metrics, **options)
+    # Cheapest refusals first: the options' values, then the inputs the metrics need, then what is missing on
+    # this machine (model folders, weights): each names its cause without reading any file.
+    check_options(**{k: v for k, v in options.items() if v is not None and k in OPTION_RULE_NAMES})
+    for needs, given, what in (
+        ("uses_images", inputs.images, "images"),
+        ("uses_references", inputs.references, "references"),
+    ):
+        lacking = [m.key for m in resolved if getattr(m, needs) and given is None]
+        if lacking:
+            raise ValueError(f"{', '.join(lacking)} need(s) {what}; none were given")
+    refuse_unavailable(resolved)
+    try:
+        return _score_every_metric(resolved, inputs)
+    finally:
+        for metric in resolved:
+            metric.close()
+
+
+@dataclass
+class _Inputs:
+    """The checked inputs of ``score_systems``: system names, image ids, captions per system, images and
+    references (one per position, or None)."""
+
+    names: list[str]
+    ids: list
+    captions: dict[str, list[str]]
+    images: Sequence | None
+    references: list[list[str]] | None
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+
+def _checked_inputs(systems, images, references, ids) -> _Inputs:
+    """Every system's captions checked (naming the system, the item and the image id), equal lengths.
+
+    Raises:
+        ValueError, TypeError: no systems, lists of different lengths, a bad caption or reference list.
+    """
     if not systems:
         raise ValueError("no systems to score")
     names = list(systems)
@@ -187,51 +233,35 @@ def score_systems(
         references = check_references(references, n)
     if images is not None and len(images) != n:
         raise ValueError(f"got {len(images)} images for {n} captions")
-    options = dict(
-        model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
-        prefix=prefix, w=w, vectors=vectors, progress=progress,
-    )  # fmt: skip
-    resolved = resolve_metrics(metrics, **options)
-    # Cheapest refusals first: the options' values, then the inputs the metrics need, then what is missing on
-    # this machine (model folders, weights): each names its cause without reading any file.
-    check_options(**{k: v for k, v in options.items() if v is not None and k in OPTION_RULE_NAMES})
-    for needs, given, what in (
-        ("uses_images", images, "images"),
-        ("uses_references", references, "references"),
-    ):
-        lacking = [m.key for m in resolved if getattr(m, needs) and given is None]
-        if lacking:
-            raise ValueError(f"{', '.join(lacking)} need(s) {what}; none were given")
-    refuse_unavailable(resolved)
+    return _Inputs(names, ids, captions, images, references)
 
-    per_item: dict[str, dict[str, list[float]]] = {name: {} for name in names}
-    corpus: dict[str, dict[str, float]] = {name: {} for name in names}
+
+def _score_every_metric(resolved, inputs: _Inputs) -> SystemScores:
+    """Each metric on every system: image metrics against one encoding of the images per backbone, the others
+    one call per system."""
+    per_item: dict[str, dict[str, list[float]]] = {name: {} for name in inputs.names}
+    corpus: dict[str, dict[str, float]] = {name: {} for name in inputs.names}
     corpus_is_mean: dict[str, bool] = {}
     signatures: dict[str, str] = {}
     image_embeds: dict[int, object] = {}  # id(backbone) -> (N, D) embeddings of the images
-    try:
-        # Every model loads (and a bad model option fails) before any image is encoded.
-        scorers = {metric.key: _image_backbone_scorer(metric) for metric in resolved}
-        for metric in resolved:
-            scorer = scorers[metric.key]
-            if scorer is not None:
-                _score_images_once(
-                    metric, scorer, names, captions, images, references, image_embeds, per_item
-                )
-                corpus_is_mean[metric.key] = True
-            else:
-                corpus_is_mean[metric.key] = _score_per_system(
-                    metric, names, captions, images, references, per_item, corpus
-                )
-            for name in names:
-                corpus[name].setdefault(metric.key, float(np.mean(per_item[name][metric.key])))
-            signatures[metric.key] = metric.signature()
-    finally:
-        for metric in resolved:
-            metric.close()
+    # Every model loads (and a bad model option fails) before any image is encoded.
+    scorers = {metric.key: _image_backbone_scorer(metric) for metric in resolved}
+    for metric in resolved:
+        scorer = scorers[metric.key]
+        if scorer is not None:
+            per_item_of = _score_images_once(metric, scorer, inputs, image_embeds)
+            corpus_is_mean[metric.key] = True
+        else:
+            per_item_of, corpus_of, corpus_is_mean[metric.key] = _score_per_system(metric, inputs)
+            for name, value in corpus_of.items():
+                corpus[name][metric.key] = value
+        for name in inputs.names:
+            per_item[name][metric.key] = per_item_of[name]
+            corpus[name].setdefault(metric.key, float(np.mean(per_item_of[name])))
+        signatures[metric.key] = metric.signature()
     return SystemScores(
-        ids=ids,
-        systems=names,
+        ids=inputs.ids,
+        systems=inputs.names,
         metrics=[m.key for m in resolved],
         corpus=corpus,
         per_item=per_item,
@@ -240,35 +270,42 @@ def score_systems(
     )
 
 
-def _score_images_once(metric, scorer, names, captions, images, references, image_embeds, per_item) -> None:
-    """One call over every system's captions, against image embeddings computed once per backbone."""
-    n = len(images)
+def _score_images_once(metric, scorer, inputs: _Inputs, image_embeds: dict) -> dict[str, list[float]]:
+    """One call over every system's captions, against image embeddings computed once per backbone.
+
+    Returns:
+        dict: ``{system: [score per image]}``.
+    """
+    n, names = inputs.n, inputs.names
     key = id(scorer.backbone)
     if key not in image_embeds:
-        image_embeds[key] = scorer.image_embeddings(images, None, n)
+        image_embeds[key] = scorer.image_embeddings(inputs.images, None, n)
     emb = image_embeds[key]
     call = {"image_embeds": emb.repeat(len(names), 1)}
     if metric.uses_references:
-        call["references"] = [refs for _ in names for refs in references]
-    out = scorer([c for name in names for c in captions[name]], **call)
+        call["references"] = [refs for _ in names for refs in inputs.references]
+    out = scorer([c for name in names for c in inputs.captions[name]], **call)
     scores = np.asarray(out[metric.score_key], dtype=np.float64)
-    for s, name in enumerate(names):
-        per_item[name][metric.key] = scores[s * n : (s + 1) * n].tolist()
+    return {name: scores[s * n : (s + 1) * n].tolist() for s, name in enumerate(names)}
 
 
-def _score_per_system(metric, names, captions, images, references, per_item, corpus) -> bool:
+def _score_per_system(metric, inputs: _Inputs) -> tuple[dict, dict, bool]:
     """Each system in its own call; a scorer's own corpus score (BLEU, METEOR) when it has one.
 
     Returns:
-        bool: whether the metric's corpus score is the mean of its per-item scores.
+        tuple: ``{system: [score per image]}``, ``{system: corpus score}`` (scorers with their own corpus
+        score only), and whether the metric's corpus score is the mean of its per-item scores.
     """
     corpus_score = getattr(metric.fn, "corpus_score", None)
-    for name in names:
+    per_item, corpus = {}, {}
+    for name in inputs.names:
+        captions = inputs.captions[name]
         if callable(corpus_score):
-            corpus[name][metric.key], per_item[name][metric.key] = corpus_score(captions[name], references)
+            corpus[name], per_item[name] = corpus_score(captions, inputs.references)
         else:
-            per_item[name][metric.key] = metric.score(captions[name], references, images)
-    return bool(getattr(metric.fn, "corpus_is_mean", True)) if callable(corpus_score) else True
+            per_item[name] = metric.score(captions, inputs.references, inputs.images)
+    is_mean = bool(getattr(metric.fn, "corpus_is_mean", True)) if callable(corpus_score) else True
+    return per_item, corpus, is_mean
 
 
 def compare_systems(
