@@ -194,42 +194,7 @@ def run_benchmark(
                 outcome.skipped = reason
                 bar.update(len(run.settings))
                 continue
-            memory: dict[str, float] = {}
-            per_setting: dict[str, np.ndarray] = {}
-            for setting in run.settings:
-                bar.set_postfix_str(f"{m.name} {setting.name}")
-                if m.uses_references and not setting.references:
-                    bar.update(1)
-                    continue
-                if not m.uses_references and not setting.reference_free:
-                    bar.update(1)
-                    continue
-                if m.uses_references and any(not u.references for u in setting.units):
-                    n = sum(not u.references for u in setting.units)
-                    outcome.notes.append(f"{setting.name}: {n} items have no references")
-                    bar.update(1)
-                    continue
-                if m.uses_images:
-                    missing = _visual_missing(setting.units)
-                    if missing:
-                        outcome.skipped = (
-                            f"{missing} of {len(setting.units)} images/videos are missing "
-                            f"(pass --image-root / --video-root)"
-                        )
-                        bar.update(len(run.settings) - len(per_setting))
-                        break
-                try:
-                    scores = score_setting(m, bench.name, setting, cache, memory, outcome)
-                except Exception as e:  # a failing metric is reported, the other metrics still run
-                    if strict:
-                        raise
-                    outcome.skipped = f"failed: {type(e).__name__}: {e}"
-                    outcome.error = e
-                    # The reason is recorded in the outcome; the traceback only when debugging is asked for.
-                    logger.debug("%s on %s failed", m.name, bench.title, exc_info=True)
-                    break
-                per_setting[setting.name] = scores if m.higher_is_better else -scores
-                bar.update(1)
+            per_setting = _score_settings(m, run, cache, outcome, bar, strict)
             if outcome.skipped is None and not per_setting:
                 outcome.skipped = "no setting of this benchmark fits the metric" + (
                     f" ({'; '.join(outcome.notes)})" if outcome.notes else ""
@@ -241,6 +206,57 @@ def run_benchmark(
     finally:
         bar.close()
     return run
+
+
+def _setting_skip(m: BenchMetric, setting) -> str | None:
+    """Why ``m`` does not run on ``setting`` (``""``: silently, the setting is not for it; a note otherwise);
+    ``None`` when it runs."""
+    if m.uses_references and not setting.references:
+        return ""
+    if not m.uses_references and not setting.reference_free:
+        return ""
+    if m.uses_references and any(not u.references for u in setting.units):
+        n = sum(not u.references for u in setting.units)
+        return f"{setting.name}: {n} items have no references"
+    return None
+
+
+def _score_settings(m: BenchMetric, run, cache, outcome, bar, strict: bool) -> dict[str, np.ndarray]:
+    """``m``'s per-item scores on every setting of ``run`` it fits (negated for distances); a missing image or a
+    failing metric ends the metric (recorded in ``outcome``) and returns what was scored so far.
+
+    Raises:
+        Exception: the metric's own error, with ``strict``.
+    """
+    per_setting: dict[str, np.ndarray] = {}
+    memory: dict[str, float] = {}
+    for setting in run.settings:
+        bar.set_postfix_str(f"{m.name} {setting.name}")
+        skip = _setting_skip(m, setting)
+        if skip is not None:
+            if skip:
+                outcome.notes.append(skip)
+            bar.update(1)
+            continue
+        if m.uses_images:
+            missing = _visual_missing(setting.units)
+            if missing:
+                outcome.skipped = f"{missing} of {len(setting.units)} images/videos are missing (pass --image-root / --video-root)"
+                bar.update(len(run.settings) - len(per_setting))
+                break
+        try:
+            scores = score_setting(m, run.benchmark.name, setting, cache, memory, outcome)
+        except Exception as e:  # a failing metric is reported, the other metrics still run
+            if strict:
+                raise
+            outcome.skipped = f"failed: {type(e).__name__}: {e}"
+            outcome.error = e
+            # The reason is recorded in the outcome; the traceback only when debugging is asked for.
+            logger.debug("%s on %s failed", m.name, run.benchmark.title, exc_info=True)
+            break
+        per_setting[setting.name] = scores if m.higher_is_better else -scores
+        bar.update(1)
+    return per_setting
 
 
 def run_benchmarks(
