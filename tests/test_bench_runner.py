@@ -450,3 +450,20 @@ def test_report_shows_a_paper_in_another_setting_beside_ours_with_the_setting_na
         ("spearman", 60.0),
         ("kendall", 48.0),
     }
+
+
+# --- Which settings of a benchmark a metric scores ---
+
+
+def test_a_metric_fits_a_setting_by_the_references_it_reads_and_the_setting_gives():
+    from capeval.bench.benchmark_types import Setting, Unit
+    from capeval.bench.runner import _setting_skip
+
+    (with_refs,) = resolve_metric("wmd")
+    (reference_free,) = resolve_metric("clipscore")
+    units = [Unit("a", "a dog", ["a dog"]), Unit("b", "a cat", [])]
+    full = Setting("full", units[:1])
+    assert _setting_skip(with_refs, full) is None and _setting_skip(reference_free, full) is None
+    assert _setting_skip(with_refs, Setting("no refs", units[:1], references=False)) == ""
+    assert _setting_skip(reference_free, Setting("refs only", units[:1], reference_free=False)) == ""
+    assert _setting_skip(with_refs, Setting("gap", units)) == "gap: 1 items have no references"

@@ -312,3 +312,14 @@ def test_a_references_file_nested_100000_deep_is_one_line_from_the_console(two_i
         f"capeval: references file {two_image_example / 'refs.json'} nests arrays and objects more than 100 levels "
         "deep; capeval reads at most MAX_JSON_DEPTH = 100 (its layouts nest 5)"
     ]
+
+
+# --- The metric option flags ---
+
+
+def test_a_flag_help_lists_each_metrics_declared_default():
+    from capeval.cli import declared_defaults
+
+    assert declared_defaults("w") == "2.5: clipscore, refclipscore; 2.0: pacscore"
+    assert declared_defaults("sigma") == "1.0: wmd"
+    assert declared_defaults("no_such_option") == ""

@@ -304,3 +304,21 @@ def test_jsonl_rows_with_a_repeated_key_other_bytes_or_deep_nesting_are_error_ro
         "corpus.jsonl line 4 nests arrays and objects more than 100 levels deep; capeval reads at most "
         "MAX_JSON_DEPTH = 100 (its layouts nest 5)",
     ]
+
+
+# --- Which parts a process scores ---
+
+
+def test_a_process_scores_its_own_parts_that_are_not_on_disk(tmp_path):
+    from types import SimpleNamespace
+
+    from capeval.corpus.part_run import PartRun
+
+    state = SimpleNamespace(process_index=1, num_processes=2, is_main_process=False)
+    run = PartRun(tmp_path, "clipscore", None, None, None, chunk_size=4, state=state, cache=tmp_path / "c")
+    assert [run.wanted(p, 4) for p in range(4)] == [False, True, False, True]
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "part-00000001.jsonl").write_text("}{ not a part\n")
+    with pytest.warns(UserWarning, match=r"part-00000001.jsonl is damaged .*scoring part 1 again"):
+        assert run.wanted(1, 4)
+    assert run.counters.parts_rescored == 1

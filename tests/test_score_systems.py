@@ -139,3 +139,21 @@ def test_a_caption_two_systems_share_scores_exactly_the_same_so_paired_ties_are_
     for key in ("clipscore", "refclipscore"):
         assert result.per_item["a"][key][0] == result.per_item["b"][key][0]
         assert result.per_item["a"][key][1] != result.per_item["b"][key][1]
+
+
+# --- The inputs, checked before any metric ---
+
+
+def test_the_systems_are_checked_for_equal_lengths_ids_and_captions_first():
+    from capeval.scoring.systems import _checked_inputs
+
+    inputs = _checked_inputs({"a": ["x", "y"], "b": ["z", "w"]}, None, [["r"], ["s"]], ["i0", "i1"])
+    assert inputs.names == ["a", "b"] and inputs.n == 2 and inputs.references == [["r"], ["s"]]
+    with pytest.raises(ValueError, match="system 'b' has 1 captions, 'a' has 2"):
+        _checked_inputs({"a": ["x", "y"], "b": ["z"]}, None, None, None)
+    with pytest.raises(ValueError, match="got 3 ids for 2 captions"):
+        _checked_inputs({"a": ["x", "y"]}, None, None, [1, 2, 3])
+    with pytest.raises(ValueError, match="got 1 images for 2 captions"):
+        _checked_inputs({"a": ["x", "y"]}, ["one.png"], None, None)
+    with pytest.raises(ValueError, match="no systems to score"):
+        _checked_inputs({}, None, None, None)
