@@ -164,10 +164,15 @@ class CLIPScore:
         Returns:
             dict: ``clipscore`` (mean), ``scores`` (per caption, input order), ``signature``.
         """
-        predictions, _ = self.checked_inputs(predictions)
+        return self._encode_and_score(predictions, None, images, image_embeds)
+
+    def _encode_and_score(self, predictions, references, images, image_embeds) -> dict:
+        """A call: the inputs checked, the images and texts encoded by this metric, the embeddings scored."""
+        predictions, references = self.checked_inputs(predictions, references)
         self.backbone.refresh()  # a model object's weights, as they are for this call
         image_emb = self.image_embeddings(images, image_embeds, len(predictions))
-        return self.score_embeddings(image_emb, self.text_embeddings(predictions))
+        text_emb, reference_emb = self.caption_and_reference_embeddings(predictions, references)
+        return self.score_embeddings(image_emb, text_emb, reference_emb)
 
     def checked_inputs(
         self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None
@@ -285,11 +290,7 @@ class RefCLIPScore(CLIPScore):
             same captions), ``clip_s_scores`` (CLIP-S per caption), ``signature``. (The CLIP-S part is not named
             ``clipscore``: beside the clipscore module in ``evaluate.combine``, its keys would collide.)
         """
-        predictions, references = self.checked_inputs(predictions, references)
-        self.backbone.refresh()
-        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
-        cand_emb, ref_emb = self.caption_and_reference_embeddings(predictions, references)
-        return self.score_embeddings(image_emb, cand_emb, ref_emb)
+        return self._encode_and_score(predictions, references, images, image_embeds)
 
     def checked_inputs(
         self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None

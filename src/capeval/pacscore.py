@@ -111,11 +111,7 @@ class PACScore(RefCLIPScore):
             dict: ``pacscore`` (mean PAC-S), ``scores`` (PAC-S per caption); with references also
             ``refpacscore`` (mean RefPAC-S) and ``refpacscore_scores``; ``signature``.
         """
-        predictions, references = self.checked_inputs(predictions, references)
-        self.backbone.refresh()
-        image_emb = self.image_embeddings(images, image_embeds, len(predictions))
-        cand_emb, ref_emb = self.caption_and_reference_embeddings(predictions, references)
-        return self.score_embeddings(image_emb, cand_emb, ref_emb)
+        return self._encode_and_score(predictions, references, images, image_embeds)
 
     def checked_inputs(
         self, predictions: Sequence[str], references: Sequence[Sequence[str]] | None = None
