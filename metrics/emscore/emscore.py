@@ -4,7 +4,6 @@ The maths lives in the capeval package (capeval.EMScore); this module declares t
 options through. References are optional: omit them (or give empty lists) to score against videos only.
 """
 
-import datasets
 import evaluate
 
 import capeval
@@ -107,13 +106,10 @@ class Emscore(capeval.GuardedMetric, evaluate.Metric):
     metric = "emscore"
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            # References may be empty lists (no references): one feature set serves the three variants.
-            features=datasets.Features(self.declared_features()),
+        return self.declared_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://github.com/ShiYaya/emscore",
             codebase_urls=["https://github.com/ShiYaya/emscore"],
             reference_urls=["https://arxiv.org/abs/2111.08919"],

@@ -4,7 +4,6 @@ The maths lives in the capeval package (capeval.PACScore); this module declares 
 the options through. References are optional: without them the module returns PAC-S, with them RefPAC-S too.
 """
 
-import datasets
 import evaluate
 
 import capeval
@@ -107,12 +106,10 @@ class Pacscore(capeval.GuardedMetric, evaluate.Metric):
     metric = "pacscore"
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(self.declared_features()),
+        return self.declared_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://github.com/aimagelab/pacscore",
             codebase_urls=["https://github.com/aimagelab/pacscore"],
             reference_urls=["https://arxiv.org/abs/2303.12112"],

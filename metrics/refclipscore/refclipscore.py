@@ -4,7 +4,6 @@ The maths lives in the capeval package (capeval.RefCLIPScore); this module decla
 the options through.
 """
 
-import datasets
 import evaluate
 
 import capeval
@@ -94,12 +93,10 @@ class Refclipscore(capeval.GuardedMetric, evaluate.Metric):
     metric = "refclipscore"
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(self.declared_features()),
+        return self.declared_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://github.com/jmhessel/clipscore",
             codebase_urls=["https://github.com/jmhessel/clipscore"],
             reference_urls=["https://arxiv.org/abs/2104.08718"],

@@ -4,7 +4,6 @@ The maths lives in the capeval package (capeval.WEmbSim); this module declares t
 options through.
 """
 
-import datasets
 import evaluate
 
 import capeval
@@ -72,12 +71,10 @@ class Wembsim(capeval.GuardedMetric, evaluate.Metric):
     metric = "wembsim"
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(self.declared_features()),
+        return self.declared_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://arxiv.org/abs/2012.13137",
             reference_urls=["https://arxiv.org/abs/2012.13137"],
         )

@@ -4,7 +4,6 @@ The maths lives in the capeval package (capeval.WMD); this module declares the i
 options through.
 """
 
-import datasets
 import evaluate
 
 import capeval
@@ -82,12 +81,10 @@ class Wmd(capeval.GuardedMetric, evaluate.Metric):
     metric = "wmd"
 
     def _info(self):
-        return evaluate.MetricInfo(
-            module_type="metric",
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(self.declared_features()),
+        return self.declared_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://github.com/tylin/coco-caption",
             codebase_urls=["https://github.com/tylin/coco-caption/blob/master/pycocoevalcap/wmd/wmd.py"],
             reference_urls=[

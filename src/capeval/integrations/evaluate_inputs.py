@@ -104,6 +104,26 @@ class GuardedMetric:
         cls.media_input = declared.media
         cls.metric_label = declared.label
 
+    def declared_info(self, description: str, citation: str, inputs_description: str, **urls):
+        """The module's ``evaluate.MetricInfo``: its texts and links, its features from the declaration.
+
+        Args:
+            description, citation, inputs_description: the script's ``_DESCRIPTION``, ``_CITATION`` and
+                ``_KWARGS_DESCRIPTION``.
+            **urls: ``homepage``, ``codebase_urls``, ``reference_urls``.
+        """
+        import datasets
+        import evaluate
+
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=description,
+            citation=citation,
+            inputs_description=inputs_description,
+            features=datasets.Features(self.declared_features()),
+            **urls,
+        )
+
     @classmethod
     def declared_features(cls) -> dict:
         """The module's ``datasets`` features, from its metric's declaration: ``predictions``, ``references``
