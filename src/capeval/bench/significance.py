@@ -191,6 +191,65 @@ def _bootstrap_p(resampled_deltas: np.ndarray, delta: float) -> float:
     return (count + 1) / (resampled_deltas.size + 1)
 
 
+def _paired_scores(
+    scores_a: Scores, scores_b: Scores, names: tuple[str, str]
+) -> tuple[np.ndarray, np.ndarray, str, str]:
+    """Both systems' per-item scores as (n,) float64 arrays that pair up, with the systems' names as strings.
+
+    Raises:
+        ValueError: ``names`` is not two names, the lengths differ, there are fewer than 2 items, or a score
+            is not finite (named by system and index).
+        TypeError: a score that is not a number.
+    """
+    if isinstance(names, str) or len(names) != 2:
+        raise ValueError(f"names must be two names (system a, system b), got {names!r}")
+    name_a, name_b = (str(x) for x in names)
+    a = _as_scores(scores_a, name_a)
+    b = _as_scores(scores_b, name_b)
+    if a.size != b.size:
+        raise ValueError(
+            f"got {a.size} scores for {name_a!r} and {b.size} for {name_b!r}: a paired test needs the same "
+            "items in the same order"
+        )
+    if a.size < 2:
+        raise ValueError(f"a paired test needs at least 2 items, got {a.size}")
+    return a, b, name_a, name_b
+
+
+def _agreed_metric(scores_a: Scores, scores_b: Scores, metric: str | None) -> str | None:
+    """The metric's name for the summary: ``metric`` when given, else the one a result dict's signature names.
+
+    Raises:
+        ValueError: both are result dicts whose signatures differ (another metric, or other options).
+    """
+    sig_a = scores_a.get("signature") if isinstance(scores_a, Mapping) else None
+    sig_b = scores_b.get("signature") if isinstance(scores_b, Mapping) else None
+    if sig_a and sig_b and sig_a != sig_b:
+        raise ValueError(
+            f"the two results were computed differently ({sig_a!r} vs {sig_b!r}); compare scores of one metric "
+            "with the same options, or pass the score lists themselves to compare them anyway"
+        )
+    return metric or _metric_of(scores_a) or _metric_of(scores_b)
+
+
+def _p_value(
+    d: np.ndarray, method: str, n_resamples: int, resampled_means: np.ndarray, seed: int | None
+) -> tuple[float, bool]:
+    """Two-sided p-value of ``mean(d) != 0`` by ``method``, and whether it is exact.
+
+    Args:
+        d: (n,) paired differences ``a - b``.
+        method: ``"permutation"`` (sign flips drawn from a child stream of ``seed``) or ``"bootstrap"``.
+        n_resamples: random sign assignments when the permutation test is not exact.
+        resampled_means: (n_resamples,) bootstrap means of ``d``, which the bootstrap p-value reads.
+        seed: the comparison's seed.
+    """
+    if method == "permutation":
+        permutation_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        return _permutation_p(d, n_resamples, permutation_rng)
+    return _bootstrap_p(resampled_means, float(d.mean())), False
+
+
 def compare(
     scores_a: Scores,
     scores_b: Scores,
@@ -225,39 +284,15 @@ def compare(
         TypeError: a score that is not a number.
     """
     _check_options(method, n_resamples, confidence)
-    if isinstance(names, str) or len(names) != 2:
-        raise ValueError(f"names must be two names (system a, system b), got {names!r}")
-    name_a, name_b = (str(x) for x in names)
-    a = _as_scores(scores_a, name_a)
-    b = _as_scores(scores_b, name_b)
-    if a.size != b.size:
-        raise ValueError(
-            f"got {a.size} scores for {name_a!r} and {b.size} for {name_b!r}: a paired test needs the same "
-            "items in the same order"
-        )
-    if a.size < 2:
-        raise ValueError(f"a paired test needs at least 2 items, got {a.size}")
-    sig_a = scores_a.get("signature") if isinstance(scores_a, Mapping) else None
-    sig_b = scores_b.get("signature") if isinstance(scores_b, Mapping) else None
-    if sig_a and sig_b and sig_a != sig_b:
-        raise ValueError(
-            f"the two results were computed differently ({sig_a!r} vs {sig_b!r}); compare scores of one metric "
-            "with the same options, or pass the score lists themselves to compare them anyway"
-        )
-    metric = metric or _metric_of(scores_a) or _metric_of(scores_b)
+    a, b, name_a, name_b = _paired_scores(scores_a, scores_b, names)
+    metric = _agreed_metric(scores_a, scores_b, metric)
     check_magnitudes(a, b, (name_a, name_b), metric=metric)
 
     d = a - b
-    delta = float(d.mean())
     # The interval's draws come from the seed itself and the permutations' from a child stream, so the interval
     # is the same whichever test is asked for.
     boot = _bootstrap(d, n_resamples, confidence, np.random.default_rng(seed))
-    if method == "permutation":
-        permutation_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-        p_value, exact = _permutation_p(d, n_resamples, permutation_rng)
-    else:
-        exact = False
-        p_value = _bootstrap_p(boot.bootstrap_distribution, delta)
+    p_value, exact = _p_value(d, method, n_resamples, boot.bootstrap_distribution, seed)
     low, high = boot.confidence_interval
     return Comparison(
         metric=metric,
@@ -265,7 +300,7 @@ def compare(
         name_b=name_b,
         mean_a=float(a.mean()),
         mean_b=float(b.mean()),
-        delta=delta,
+        delta=float(d.mean()),
         ci_low=float(low),
         ci_high=float(high),
         confidence=float(confidence),
