@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -139,6 +140,90 @@ def _read_labels_json(path: Path) -> dict[tuple, list[tuple[str, int, list[str]]
     return index
 
 
+@dataclass(frozen=True)
+class _PascalExtras:
+    """What the optional Pascal-50S files beside ``pair_pascal.mat`` hold, each empty when its file is absent.
+
+    Attributes:
+        consensus_refs: per pair, the 48 references of ``consensus_pascal.mat`` (None without the file).
+        consensus_votes: per pair, that file's judgment counts ``[sentence 1, sentence 2]`` (None without it).
+        image_refs: ``pascal50S.mat``/``.json``: the 50 sentences of each image, by image name.
+        json_index: ``pascal_50s_consensus_labels.json``'s entries ``(category, label, references)`` by
+            ``(image name, caption A, caption B)``, in file order.
+        labels_name: that JSON file's name (None without it).
+    """
+
+    consensus_refs: list[list[str]] | None = None
+    consensus_votes: list[list[int]] | None = None
+    image_refs: dict[str, list[str]] = field(default_factory=dict)
+    json_index: dict[tuple, list[tuple[str, int, list[str]]]] = field(default_factory=dict)
+    labels_name: str | None = None
+
+
+def _read_extras(folder: Path, n_pairs: int) -> _PascalExtras:
+    """Read the optional files of a Pascal-50S folder (consensus judgments, image sentences, JSON labels)."""
+    consensus = optional_file(folder, ("consensus_pascal.mat",))
+    refs_file = optional_file(folder, ("pascal50S.mat", "pascal50S.json"))
+    labels_file = optional_file(folder, ("pascal_50s_consensus_labels.json", "pascal_50s.json"))
+    c_refs, c_votes = read_consensus_triplets(consensus, n_pairs) if consensus is not None else (None, None)
+    return _PascalExtras(
+        consensus_refs=c_refs,
+        consensus_votes=c_votes,
+        image_refs=_read_pascal_refs(refs_file) if refs_file is not None else {},
+        json_index=_read_labels_json(labels_file) if labels_file is not None else {},
+        labels_name=labels_file.name if labels_file is not None else None,
+    )
+
+
+def _pascal_label(
+    i: int, votes11: list[int], json_hit: tuple | None, extras: _PascalExtras, rng: np.random.Generator
+) -> tuple[list[int], int, bool, str]:
+    """Pair ``i``'s label by the loader's priority: consensus judgments, the JSON file's label, the 11 votes.
+
+    Args:
+        i: the pair's index in ``pair_pascal.mat``.
+        votes11: the pair's 11-vote counts ``[A, B]``.
+        json_hit: the pair's entry in the JSON labels (``(category, label, references)``), or None.
+        extras: the optional files' contents.
+        rng: breaks ties of the vote counts (drawn from only on a tie).
+
+    Returns:
+        ``(votes, label, tie, source)``: the counts the label came from (empty for a JSON label), the index of
+        the preferred caption, whether a tie was broken, and the ``label_source`` text.
+    """
+    if extras.consensus_votes is not None:
+        votes = extras.consensus_votes[i]
+        label, tie = majority_label(votes[0], votes[1], rng)
+        return votes, label, tie, "consensus_pascal.mat (48 judgments)"
+    if json_hit is not None:
+        return [], json_hit[1], False, f"{extras.labels_name} (48-judgment consensus)"
+    label, tie = majority_label(votes11[0], votes11[1], rng)
+    return votes11, label, tie, "pair_pascal.mat (11 votes)"
+
+
+def _pascal_references(
+    i: int, name: str, candidates: tuple[str, str], json_hit: tuple | None, extras: _PascalExtras
+) -> list[str]:
+    """Pair ``i``'s references by priority: the 48 consensus ones, the image's sentences other than the two
+    ``candidates``, the JSON file's draw; else none."""
+    if extras.consensus_refs is not None:
+        return extras.consensus_refs[i]
+    if name in extras.image_refs:
+        return [r for r in extras.image_refs[name] if r not in candidates]
+    if json_hit is not None:
+        return json_hit[2]
+    return []
+
+
+def _take_json_entry(json_index: dict[tuple, list], used: dict[tuple, int], key: tuple) -> tuple | None:
+    """The next unused JSON entry of the pair ``key`` (a pair listed twice takes the file's entries in order),
+    counted in ``used``; None when there is none left."""
+    if key in json_index and used[key] < len(json_index[key]):
+        used[key] += 1
+        return json_index[key][used[key] - 1]
+    return None
+
+
 def load_pascal50s(
     path: str | os.PathLike,
     image_root: str | os.PathLike | None = None,
@@ -156,66 +241,31 @@ def load_pascal50s(
     wrote each caption), ``label_source``, ``tie`` (the label came from a tie break).
     """
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    pair_file = find_file(folder, ("pair_pascal.mat",), "Pascal-50S pairs", _WHERE)
-    mat = _loadmat(pair_file)
-    inputs = mat["new_input"].ravel()
-    cats = mat["category"].ravel()
-    results = mat["result"].ravel()
+    mat = _loadmat(find_file(folder, ("pair_pascal.mat",), "Pascal-50S pairs", _WHERE))
+    inputs, cats, results = mat["new_input"].ravel(), mat["category"].ravel(), mat["result"].ravel()
     sources = np.asarray(mat.get("new_data", np.zeros((len(inputs), 2))), dtype=np.int64)
     n = len(inputs)
-
-    consensus = optional_file(folder, ("consensus_pascal.mat",))
-    refs_file = optional_file(folder, ("pascal50S.mat", "pascal50S.json"))
-    labels_file = optional_file(folder, ("pascal_50s_consensus_labels.json", "pascal_50s.json"))
-    c_refs = c_votes = None
-    if consensus is not None:
-        c_refs, c_votes = read_consensus_triplets(consensus, n)
-    image_refs = _read_pascal_refs(refs_file) if refs_file is not None else {}
-    json_index = _read_labels_json(labels_file) if labels_file is not None else {}
+    extras = _read_extras(folder, n)
     used: dict[tuple, int] = defaultdict(int)
     rng = np.random.default_rng(tie_seed)
-
     rows = []
     for i in range(n):
         name, a, b = (_text(inputs[i][k]) for k in range(3))
         a, b = normalize_caption(a), normalize_caption(b)
-        cat = PASCAL_CATEGORIES[int(cats[i])]
         v = np.asarray(results[i][0] if results.dtype.names else results[i]).ravel().astype(int)
         votes11 = [int((v > 0).sum()), int((v < 0).sum())]
-        key = (name, a, b)
-        json_hit = None
-        if key in json_index and used[key] < len(json_index[key]):
-            json_hit = json_index[key][used[key]]
-            used[key] += 1
-        tie = False
-        if c_votes is not None:
-            votes = c_votes[i]
-            label, tie = majority_label(votes[0], votes[1], rng)
-            source = "consensus_pascal.mat (48 judgments)"
-        elif json_hit is not None:
-            votes, label, source = [], json_hit[1], f"{labels_file.name} (48-judgment consensus)"
-        else:
-            votes = votes11
-            label, tie = majority_label(votes[0], votes[1], rng)
-            source = "pair_pascal.mat (11 votes)"
-        if c_refs is not None:
-            refs = c_refs[i]
-        elif name in image_refs:
-            refs = [r for r in image_refs[name] if r not in (a, b)]
-        elif json_hit is not None:
-            refs = json_hit[2]
-        else:
-            refs = []
+        json_hit = _take_json_entry(extras.json_index, used, (name, a, b))
+        votes, label, tie, source = _pascal_label(i, votes11, json_hit, extras, rng)
         rows.append(
             {
                 "item_id": f"pascal50s/{i:04d}",
                 "image_id": image_key(name),
                 "image": image_path(image_root, name),
                 "candidates": [a, b],
-                "references": refs,
+                "references": _pascal_references(i, name, (a, b), json_hit, extras),
                 "votes": votes,
                 "label": label,
-                "category": cat,
+                "category": PASCAL_CATEGORIES[int(cats[i])],
                 "votes_11": votes11,
                 "sources": [int(s) for s in sources[i]] if sources.ndim == 2 and len(sources) == n else [],
                 "label_source": source,
