@@ -233,9 +233,9 @@ def test_pascal50s_json_layout_and_its_labels(tmp_path):
 
 
 def test_pascal_extras_are_empty_without_the_optional_files_and_read_when_present(tmp_path):
-    from capeval.bench.pascal import _read_extras
+    from capeval.bench.pascal_files import read_extras
 
-    empty = _read_extras(tmp_path, 4)
+    empty = read_extras(tmp_path, 4)
     assert empty.consensus_refs is None and empty.consensus_votes is None
     assert empty.image_refs == {} and empty.json_index == {} and empty.labels_name is None
     sents = {"2008_000001.jpg": ["x one"], "2008_000002.jpg": ["y one"]}
@@ -243,7 +243,7 @@ def test_pascal_extras_are_empty_without_the_optional_files_and_read_when_presen
         tmp_path, PAIRS, consensus_votes=[(30, 18), (48, 0), (10, 38), (24, 24)], image_sents=sents
     )
     (tmp_path / "pascal_50s_consensus_labels.json").write_text(json.dumps({"HC": []}))
-    extras = _read_extras(tmp_path, 4)
+    extras = read_extras(tmp_path, 4)
     assert extras.consensus_votes == [[30, 18], [48, 0], [10, 38], [24, 24]]
     assert (
         extras.consensus_refs[1][0] == "reference 0 of 2008_000001.jpg"
@@ -253,18 +253,19 @@ def test_pascal_extras_are_empty_without_the_optional_files_and_read_when_presen
 
 
 def test_pascal_label_prefers_consensus_then_the_json_label_then_the_11_votes():
-    from capeval.bench.pascal import _pascal_label, _PascalExtras
+    from capeval.bench.pascal import _pascal_label
+    from capeval.bench.pascal_files import PascalExtras
 
     rng = np.random.default_rng(0)
     hit = ("HC", 1, ["r"])
-    consensus = _PascalExtras(consensus_votes=[[10, 38]], labels_name="labels.json")
+    consensus = PascalExtras(consensus_votes=[[10, 38]], labels_name="labels.json")
     assert _pascal_label(0, [11, 0], hit, consensus, rng) == (
         [10, 38],
         1,
         False,
         "consensus_pascal.mat (48 judgments)",
     )
-    json_only = _PascalExtras(labels_name="labels.json")
+    json_only = PascalExtras(labels_name="labels.json")
     assert _pascal_label(0, [11, 0], hit, json_only, rng) == (
         [],
         1,
@@ -275,25 +276,25 @@ def test_pascal_label_prefers_consensus_then_the_json_label_then_the_11_votes():
 
 
 def test_pascal_label_breaks_a_tie_with_the_generator_it_is_given():
-    from capeval.bench.pascal import _pascal_label, _PascalExtras
+    from capeval.bench.pascal import _pascal_label
+    from capeval.bench.pascal_files import PascalExtras
 
-    labels = [
-        _pascal_label(0, [5, 5], None, _PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)
-    ]
+    labels = [_pascal_label(0, [5, 5], None, PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)]
     assert {tie for _, tie in labels} == {True} and {label for label, _ in labels} == {0, 1}
     assert labels == [
-        _pascal_label(0, [5, 5], None, _PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)
+        _pascal_label(0, [5, 5], None, PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)
     ]
 
 
 def test_pascal_references_by_priority_never_include_the_two_candidates():
-    from capeval.bench.pascal import _pascal_references, _PascalExtras
+    from capeval.bench.pascal import _pascal_references
+    from capeval.bench.pascal_files import PascalExtras
 
     hit = ("HC", 0, ["json ref"])
     images = {"img.jpg": ["cand a", "s1", "cand b", "s2"]}
-    both = _PascalExtras(consensus_refs=[["c1", "c2"]], image_refs=images)
+    both = PascalExtras(consensus_refs=[["c1", "c2"]], image_refs=images)
     assert _pascal_references(0, "img.jpg", ("cand a", "cand b"), hit, both) == ["c1", "c2"]
-    sentences = _PascalExtras(image_refs=images)
+    sentences = PascalExtras(image_refs=images)
     assert _pascal_references(0, "img.jpg", ("cand a", "cand b"), hit, sentences) == ["s1", "s2"]
     assert _pascal_references(0, "other.jpg", ("a", "b"), hit, sentences) == ["json ref"]
     assert _pascal_references(0, "other.jpg", ("a", "b"), None, sentences) == []
