@@ -4,12 +4,21 @@ accepts. (Successful runs, the report and the cache are in test_bench_runner.py.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from capeval.bench.benchmarks import BENCHMARKS
-from capeval.bench.cli import main
+from capeval.bench.cli import (
+    DEFAULT_METRICS,
+    _add_model_options,
+    _add_output_options,
+    _add_protocol_options,
+    _add_run_inputs,
+    add_bench_parser,
+    main,
+)
 from capeval.bench.metrics import GROUPS, METRIC_NAMES, resolve_metrics
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
@@ -216,3 +225,65 @@ def test_the_capeval_command_returns_the_bench_exit_code(tmp_path, capsys, no_lo
 
     assert capeval_main(["bench", "run", "flickr8k_expert", "-m", "nope", "--data-dir", str(FIX)]) == 2
     assert capsys.readouterr().err.strip().startswith("capeval bench: unknown metric 'nope'")
+
+
+def _bench_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["bench", *argv])
+
+
+def test_run_inputs_default_to_every_benchmark_the_default_metrics_and_the_env_data_folder(monkeypatch):
+    monkeypatch.setenv("CAPEVAL_BENCH_DATA", "/data/bench")
+    parser = argparse.ArgumentParser()
+    _add_run_inputs(parser)
+    args = parser.parse_args([])
+    assert (args.benchmarks, args.metrics, args.data_dir, args.out) == (
+        ["all"],
+        DEFAULT_METRICS,
+        "/data/bench",
+        "bench-report",
+    )
+    assert args.image_root is args.video_root is args.cache_dir is None and not args.no_cache
+    args = parser.parse_args(
+        ["foil", "pascal50s", "-m", "wmd", "x.py:f", "--no-cache", "--image-root", "/img"]
+    )
+    assert (args.benchmarks, args.metrics, args.image_root, args.no_cache) == (
+        ["foil", "pascal50s"],
+        ["wmd", "x.py:f"],
+        "/img",
+        True,
+    )
+
+
+def test_model_options_are_unset_unless_given():
+    parser = argparse.ArgumentParser()
+    _add_model_options(parser)
+    assert vars(parser.parse_args([])) == dict.fromkeys(("model", "checkpoint", "vectors", "device"))
+    assert parser.parse_args(["--model", "m", "--device", "cuda:1"]).device == "cuda:1"
+
+
+def test_protocol_options_have_the_papers_defaults_and_refuse_bad_values(capsys):
+    parser = argparse.ArgumentParser()
+    _add_protocol_options(parser)
+    args = parser.parse_args([])
+    assert (args.seed, args.pascal_draws, args.ties, args.split) == (0, 5, "half", "test")
+    assert not args.composite_keep_references and args.abstract_votes is args.thumb_references is None
+    assert parser.parse_args(["--ties", "random", "--pascal-draws", "2"]).pascal_draws == 2
+    for bad in (["--ties", "coin"], ["--pascal-draws", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+    assert "--pascal-draws" in capsys.readouterr().err
+
+
+def test_output_options_default_to_plots_without_statistics_and_refuse_negative_resamples(capsys):
+    parser = argparse.ArgumentParser()
+    _add_output_options(parser)
+    args = parser.parse_args([])
+    assert args.stats == 0 and not (args.no_plots or args.no_progress or args.strict or args.debug)
+    assert parser.parse_args(["--stats", "200", "--strict"]).stats == 200
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--stats", "-1"])
+    assert (
+        "--stats must be 0 (no statistics) or a number of resamples >= 1, got -1" in capsys.readouterr().err
+    )

@@ -35,86 +35,17 @@ def _one_line(text: str) -> str:
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object."""
-    from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.validation import check_count, cli_type
-
     bench = subparsers.add_parser(
         "bench",
         help="reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
         description="Measure caption metrics against human judgments the way the papers do.",
     )
     sub = bench.add_subparsers(dest="bench_command", metavar="{run,list,published}")
-
     r = sub.add_parser("run", help="score metrics on benchmarks and write the Markdown report with plots")
-    r.add_argument(
-        "benchmarks",
-        nargs="*",
-        default=["all"],
-        help=f"benchmarks to run ({', '.join(BENCHMARKS)}; default: all that have data)",
-    )
-    r.add_argument(
-        "-m",
-        "--metrics",
-        nargs="+",
-        default=DEFAULT_METRICS,
-        help="metric names, groups (baselines, text, image) or package.module:callable "
-        f"(default: {' '.join(DEFAULT_METRICS)})",
-    )
-    r.add_argument(
-        "--data-dir",
-        default=_data_dir_default(),
-        help="folder with one sub-folder per benchmark (default: $CAPEVAL_BENCH_DATA or ./benchmarks)",
-    )
-    r.add_argument("--out", default="bench-report", help="report folder (report.md, results.json, plots/)")
-    r.add_argument(
-        "--image-root", help="folder of the benchmark images (image metrics are skipped without it)"
-    )
-    r.add_argument("--video-root", help="folder of the VATEX-EVAL videos")
-    r.add_argument(
-        "--cache-dir", help="per-item score cache (default: $CAPEVAL_BENCH_CACHE or ~/.cache/capeval/bench)"
-    )
-    r.add_argument("--no-cache", action="store_true", help="neither read nor write cached scores")
-    r.add_argument("--model", help="CLIP backbone for image metrics (Hub id or local folder)")
-    r.add_argument("--checkpoint", help="PAC-S weights (authors' .pth, converted folder or Hub repo)")
-    r.add_argument("--vectors", help="word vectors for WMD / WEmbSim (default: the packaged GloVe-6B-50d)")
-    r.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)")
-    r.add_argument(
-        "--pascal-draws",
-        type=cli_type("--pascal-draws", int, check_count),
-        default=5,
-        help="random reference draws on Pascal-50S (default 5)",
-    )
-    r.add_argument(
-        "--ties",
-        default="half",
-        choices=["half", "random", "wrong", "first"],
-        help="what a metric tie counts as in pairwise accuracy (default: half)",
-    )
-    r.add_argument("--abstract-votes", help="Abstract-50S human votes (not in the public files)")
-    r.add_argument("--thumb-references", help="COCO references for THumB 1.0")
-    r.add_argument(
-        "--composite-keep-references",
-        action="store_true",
-        help="Composite: keep the rated human caption among the references (the easier setting)",
-    )
-    r.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
-    r.add_argument(
-        "--stats",
-        type=cli_type("--stats", int, _check_resamples),
-        default=0,
-        metavar="N",
-        help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
-    )
-    r.add_argument("--no-plots", action="store_true")
-    r.add_argument("--no-progress", action="store_true")
-    r.add_argument("--strict", action="store_true", help="stop on the first metric error")
-    r.add_argument(
-        "--debug",
-        action="store_true",
-        help="print the traceback of a failing metric (also CAPEVAL_DEBUG=1)",
-    )
-
+    _add_run_inputs(r)
+    _add_model_options(r)
+    _add_protocol_options(r)
+    _add_output_options(r)
     lister = sub.add_parser("list", help="benchmarks, their data folders and which metrics can run here")
     lister.add_argument("--data-dir", default=_data_dir_default())
     for option in ("--model", "--checkpoint", "--vectors"):
@@ -123,6 +54,104 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("benchmark", nargs="?", help="only this benchmark")
     bench.set_defaults(func=run)
     return bench
+
+
+def _add_run_inputs(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s what and where: the benchmarks, the metrics, the data, image and video folders, the report
+    folder and the score cache."""
+    from capeval.bench.benchmarks import BENCHMARKS
+
+    parser.add_argument(
+        "benchmarks",
+        nargs="*",
+        default=["all"],
+        help=f"benchmarks to run ({', '.join(BENCHMARKS)}; default: all that have data)",
+    )
+    parser.add_argument(
+        "-m",
+        "--metrics",
+        nargs="+",
+        default=DEFAULT_METRICS,
+        help="metric names, groups (baselines, text, image) or package.module:callable "
+        f"(default: {' '.join(DEFAULT_METRICS)})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=_data_dir_default(),
+        help="folder with one sub-folder per benchmark (default: $CAPEVAL_BENCH_DATA or ./benchmarks)",
+    )
+    parser.add_argument(
+        "--out", default="bench-report", help="report folder (report.md, results.json, plots/)"
+    )
+    parser.add_argument(
+        "--image-root", help="folder of the benchmark images (image metrics are skipped without it)"
+    )
+    parser.add_argument("--video-root", help="folder of the VATEX-EVAL videos")
+    parser.add_argument(
+        "--cache-dir", help="per-item score cache (default: $CAPEVAL_BENCH_CACHE or ~/.cache/capeval/bench)"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write cached scores")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s options of the model-based metrics: backbone, PAC-S weights, word vectors, device."""
+    parser.add_argument("--model", help="CLIP backbone for image metrics (Hub id or local folder)")
+    parser.add_argument("--checkpoint", help="PAC-S weights (authors' .pth, converted folder or Hub repo)")
+    parser.add_argument(
+        "--vectors", help="word vectors for WMD / WEmbSim (default: the packaged GloVe-6B-50d)"
+    )
+    parser.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
+
+
+def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s protocol options: Pascal-50S's reference draws, tie counting, the files some benchmarks
+    need besides their own, Composite's reference setting, the Polaris / Nebula split."""
+    from capeval.validation import check_count, cli_type
+
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)"
+    )
+    parser.add_argument(
+        "--pascal-draws",
+        type=cli_type("--pascal-draws", int, check_count),
+        default=5,
+        help="random reference draws on Pascal-50S (default 5)",
+    )
+    parser.add_argument(
+        "--ties",
+        default="half",
+        choices=["half", "random", "wrong", "first"],
+        help="what a metric tie counts as in pairwise accuracy (default: half)",
+    )
+    parser.add_argument("--abstract-votes", help="Abstract-50S human votes (not in the public files)")
+    parser.add_argument("--thumb-references", help="COCO references for THumB 1.0")
+    parser.add_argument(
+        "--composite-keep-references",
+        action="store_true",
+        help="Composite: keep the rated human caption among the references (the easier setting)",
+    )
+    parser.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s report and console options: statistics, plots, progress bars, strictness, tracebacks."""
+    from capeval.validation import cli_type
+
+    parser.add_argument(
+        "--stats",
+        type=cli_type("--stats", int, _check_resamples),
+        default=0,
+        metavar="N",
+        help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
+    )
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="stop on the first metric error")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of a failing metric (also CAPEVAL_DEBUG=1)",
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
