@@ -15,6 +15,14 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capeval.bench.benchmark_types import Benchmark
+    from capeval.bench.cache import ScoreCache
+    from capeval.bench.run_plan import RunPlan
+    from capeval.bench.runner import BenchmarkRun
 
 DEFAULT_METRICS = ["baselines", "length", "text", "image"]
 
@@ -154,14 +162,31 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.bench.cache import ScoreCache
-    from capeval.bench.report import markdown_table, write_report
-    from capeval.bench.run_plan import RunRefused, plan_run
-    from capeval.bench.runner import BenchmarkRun, MetricOutcome, run_benchmark
+@dataclass(frozen=True)
+class _RunSettings:
+    """What every benchmark of one ``capeval bench run`` is scored with, from its arguments.
 
-    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
+    Attributes:
+        data_dir: the folder of the benchmarks' data folders.
+        options: benchmark options (image and video roots, seed, ties, Pascal-50S draws, extra files, split).
+        metric_options: options of the model-based metrics (model, checkpoint, vectors, device).
+        cache: the per-item score cache (disabled by ``--no-cache``).
+        progress: ``False`` without progress bars, else ``None`` (the runner's default).
+        strict: stop on the first metric error.
+    """
+
+    data_dir: str
+    options: dict[str, Any]
+    metric_options: dict[str, Any]
+    cache: ScoreCache
+    progress: bool | None
+    strict: bool
+
+
+def _run_settings(args: argparse.Namespace) -> _RunSettings:
+    """The settings of ``bench run`` in the names the planner and the runner take."""
+    from capeval.bench.cache import ScoreCache
+
     options = {
         "image_root": args.image_root,
         "video_root": args.video_root,
@@ -179,8 +204,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "vectors": args.vectors,
         "device": args.device,
     }
+    return _RunSettings(
+        data_dir=args.data_dir,
+        options=options,
+        metric_options=metric_options,
+        cache=ScoreCache(args.cache_dir, enabled=not args.no_cache),
+        progress=False if args.no_progress else None,
+        strict=args.strict,
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from capeval.bench.benchmarks import BENCHMARKS
+    from capeval.bench.report import write_report
+    from capeval.bench.run_plan import RunRefused, plan_run
+    from capeval.bench.runner import BenchmarkRun
+
+    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
+    settings = _run_settings(args)
     try:
-        plan = plan_run(args.benchmarks, args.metrics, args.data_dir, options, metric_options)
+        plan = plan_run(
+            args.benchmarks, args.metrics, args.data_dir, settings.options, settings.metric_options
+        )
     except RunRefused as err:
         print(f"capeval bench: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -190,48 +235,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         datasets.disable_progress_bars()
     for note in plan.notes():
         print(f"[bench] {_one_line(note)}", file=sys.stderr)
-    cache = ScoreCache(args.cache_dir, enabled=not args.no_cache)
     runs = [BenchmarkRun(BENCHMARKS[name], skipped=why) for name, why in plan.not_run.items()]
     for b in plan.benchmarks:
-        metrics = plan.runnable(b)
-        if not metrics:
+        if not plan.runnable(b):
             runs.append(BenchmarkRun(b, skipped="no metric asked for can run on it"))
             continue
-        print(f"[bench] {b.title}", file=sys.stderr)
-        run = run_benchmark(
-            b,
-            metrics,
-            data_dir=args.data_dir,
-            cache=cache,
-            options=options,
-            metric_options=metric_options,
-            progress=False if args.no_progress else None,
-            strict=args.strict,
-        )
-        for m in plan.metrics:
-            if (b.name, m.key) in plan.skipped and not run.skipped:
-                run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(b.name, m.key)])
-        runs.append(run)
-        if run.skipped:
-            print(f"[bench] {b.title} not run: {_one_line(run.skipped)}", file=sys.stderr)
-            continue
-        for o in run.outcomes.values():
-            if o.skipped and (b.name, o.key) not in plan.skipped:
-                if debug and o.error is not None:
-                    traceback.print_exception(o.error, file=sys.stderr)
-                print(f"[bench] {b.title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
-        if any(not o.skipped for o in run.outcomes.values()):
-            print(f"\n{b.title}\n{markdown_table(run)}\n")
-    scored = [o for r in runs if not r.skipped for o in r.outcomes.values() if not o.skipped]
-    if not scored:
-        reasons = [r.skipped for r in runs if r.skipped]
-        reasons += [f"{o.key}: {o.skipped}" for r in runs if not r.skipped for o in r.outcomes.values()]
-        reasons = list(dict.fromkeys(_one_line(x) for x in reasons))
-        more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
-        print(
-            f"capeval bench: nothing was scored, no report written: {'; '.join(reasons[:2])}{more}",
-            file=sys.stderr,
-        )
+        runs.append(_score_benchmark(b, plan, settings))
+        _print_run(runs[-1], plan, debug)
+    why_nothing = _nothing_scored(runs)
+    if why_nothing is not None:
+        print(f"capeval bench: nothing was scored, no report written: {why_nothing}", file=sys.stderr)
         return 1
     report = write_report(
         runs,
@@ -242,6 +255,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"[bench] report written to {report}", file=sys.stderr)
     return 0
+
+
+def _score_benchmark(benchmark: Benchmark, plan: RunPlan, settings: _RunSettings) -> BenchmarkRun:
+    """Run the plan's runnable metrics on ``benchmark`` (a ``BenchmarkRun``); the metrics the plan refused on it
+    are added as skipped outcomes with the plan's reason, unless the benchmark itself could not be run."""
+    from capeval.bench.runner import MetricOutcome, run_benchmark
+
+    print(f"[bench] {benchmark.title}", file=sys.stderr)
+    run = run_benchmark(
+        benchmark,
+        plan.runnable(benchmark),
+        data_dir=settings.data_dir,
+        cache=settings.cache,
+        options=settings.options,
+        metric_options=settings.metric_options,
+        progress=settings.progress,
+        strict=settings.strict,
+    )
+    for m in plan.metrics:
+        if (benchmark.name, m.key) in plan.skipped and not run.skipped:
+            run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(benchmark.name, m.key)])
+    return run
+
+
+def _print_run(run: BenchmarkRun, plan: RunPlan, debug: bool) -> None:
+    """Say on stderr why a benchmark or a metric did not run (the plan's own refusals were said before the run,
+    ``debug`` adds a failing metric's traceback), and print the table on stdout when a metric scored."""
+    title = run.benchmark.title
+    if run.skipped:
+        print(f"[bench] {title} not run: {_one_line(run.skipped)}", file=sys.stderr)
+        return
+    for o in run.outcomes.values():
+        if o.skipped and (run.benchmark.name, o.key) not in plan.skipped:
+            if debug and o.error is not None:
+                traceback.print_exception(o.error, file=sys.stderr)
+            print(f"[bench] {title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
+    if any(not o.skipped for o in run.outcomes.values()):
+        from capeval.bench.report import markdown_table
+
+        print(f"\n{title}\n{markdown_table(run)}\n")
+
+
+def _nothing_scored(runs: Sequence[BenchmarkRun]) -> str | None:
+    """None when some metric scored on some benchmark; else why nothing was: the first two distinct reasons (on
+    one line each) and how many more there are."""
+    if any(not o.skipped for r in runs if not r.skipped for o in r.outcomes.values()):
+        return None
+    reasons = [r.skipped for r in runs if r.skipped]
+    reasons += [f"{o.key}: {o.skipped}" for r in runs if not r.skipped for o in r.outcomes.values()]
+    reasons = list(dict.fromkeys(_one_line(x) for x in reasons))
+    more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
+    return f"{'; '.join(reasons[:2])}{more}"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
