@@ -324,13 +324,11 @@ def test_checked_settings_refuse_bad_settings_naming_them(engine, metrics, batch
 
 
 def test_the_driver_loads_the_models_on_its_cpu_for_ray_and_where_asked_for_locally():
-    from capeval.corpus.shard_run import _driver_scorer
+    from capeval.corpus.shard_run import _driver_options
 
-    options = {"model": MODEL, "device": "cpu", "dtype": "float32"}
-    local = _driver_scorer(["clipscore"], options, "local", False)
-    on_ray = _driver_scorer(["clipscore"], {**options, "device": "cuda:7"}, "ray", True)
-    assert local.scorers["clipscore"].backbone.device.type == "cpu" and not local.embeddings
-    assert on_ray.scorers["clipscore"].backbone.device.type == "cpu" and on_ray.embeddings
+    options = {"model": MODEL, "device": "cuda:7", "dtype": "float32"}
+    assert _driver_options(options, "ray") == {"model": MODEL, "device": "cpu", "dtype": "float32"}
+    assert _driver_options(options, "local") == options and options["device"] == "cuda:7"
 
 
 def test_threshold_column_is_the_first_metrics_unless_named_and_must_be_written():

@@ -125,7 +125,7 @@ def score_shards(
     shards = list_shards(source)
     columns = choose_columns(shards, caption_column, image_column)
     output = Path(output_dir)
-    scorer = _driver_scorer(names, options, engine, save_embeddings)
+    scorer = RowScorer(names, _driver_options(options, engine), embeddings=save_embeddings)
     plan = _Plan(
         source=source, engine=engine, columns=columns, batch_size=batch_size, embeddings=save_embeddings,
         key_metric=_threshold_column(scorer, threshold_key),
@@ -169,12 +169,11 @@ def _checked_settings(
     return names, options
 
 
-def _driver_scorer(names: list[str], options: dict[str, Any], engine: str, embeddings: bool) -> RowScorer:
-    """The run's metrics built on the driver before any work, so a model that cannot be loaded fails the run now,
-    not on the workers. With Ray the driver (often a head node without a GPU) loads them on its CPU: the actors
-    take the ``device`` asked for."""
-    driver_options = {**options, "device": "cpu"} if engine == "ray" else options
-    return RowScorer(names, driver_options, embeddings=embeddings)
+def _driver_options(options: dict[str, Any], engine: str) -> dict[str, Any]:
+    """The options the driver builds the run's metrics with, before any work, so that a model that cannot be
+    loaded fails the run now, not on the workers: with Ray the driver (often a head node without a GPU) loads
+    them on its CPU and the actors take the ``device`` asked for; the local engine loads them where asked."""
+    return {**options, "device": "cpu"} if engine == "ray" else options
 
 
 def _threshold_column(scorer: RowScorer, threshold_key: str | None) -> str:
