@@ -68,4 +68,5 @@ class Comparison:
 
 
 def _format_p(p: float) -> str:
+    """A p-value to four decimals, or in scientific notation below 1e-4 (never a bare 0.0000)."""
     return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
