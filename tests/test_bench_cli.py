@@ -4,13 +4,28 @@ accepts. (Successful runs, the report and the cache are in test_bench_runner.py.
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from capeval.bench.benchmarks import BENCHMARKS
-from capeval.bench.cli import main
+from capeval.bench.cli import (
+    DEFAULT_METRICS,
+    _add_model_options,
+    _add_output_options,
+    _add_protocol_options,
+    _add_run_inputs,
+    _nothing_scored,
+    _print_run,
+    _run_settings,
+    _score_benchmark,
+    add_bench_parser,
+    main,
+)
 from capeval.bench.metrics import GROUPS, METRIC_NAMES, resolve_metrics
+from capeval.bench.runner import BenchmarkRun, MetricOutcome
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 
@@ -216,3 +231,142 @@ def test_the_capeval_command_returns_the_bench_exit_code(tmp_path, capsys, no_lo
 
     assert capeval_main(["bench", "run", "flickr8k_expert", "-m", "nope", "--data-dir", str(FIX)]) == 2
     assert capsys.readouterr().err.strip().startswith("capeval bench: unknown metric 'nope'")
+
+
+def _bench_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["bench", *argv])
+
+
+def test_run_inputs_default_to_every_benchmark_the_default_metrics_and_the_env_data_folder(monkeypatch):
+    monkeypatch.setenv("CAPEVAL_BENCH_DATA", "/data/bench")
+    parser = argparse.ArgumentParser()
+    _add_run_inputs(parser)
+    args = parser.parse_args([])
+    assert (args.benchmarks, args.metrics, args.data_dir, args.out) == (
+        ["all"],
+        DEFAULT_METRICS,
+        "/data/bench",
+        "bench-report",
+    )
+    assert args.image_root is args.video_root is args.cache_dir is None and not args.no_cache
+    args = parser.parse_args(
+        ["foil", "pascal50s", "-m", "wmd", "x.py:f", "--no-cache", "--image-root", "/img"]
+    )
+    assert (args.benchmarks, args.metrics, args.image_root, args.no_cache) == (
+        ["foil", "pascal50s"],
+        ["wmd", "x.py:f"],
+        "/img",
+        True,
+    )
+
+
+def test_model_options_are_unset_unless_given():
+    parser = argparse.ArgumentParser()
+    _add_model_options(parser)
+    assert vars(parser.parse_args([])) == dict.fromkeys(("model", "checkpoint", "vectors", "device"))
+    assert parser.parse_args(["--model", "m", "--device", "cuda:1"]).device == "cuda:1"
+
+
+def test_protocol_options_have_the_papers_defaults_and_refuse_bad_values(capsys):
+    parser = argparse.ArgumentParser()
+    _add_protocol_options(parser)
+    args = parser.parse_args([])
+    assert (args.seed, args.pascal_draws, args.ties, args.split) == (0, 5, "half", "test")
+    assert not args.composite_keep_references and args.abstract_votes is args.thumb_references is None
+    assert parser.parse_args(["--ties", "random", "--pascal-draws", "2"]).pascal_draws == 2
+    for bad in (["--ties", "coin"], ["--pascal-draws", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+    assert "--pascal-draws" in capsys.readouterr().err
+
+
+def test_output_options_default_to_plots_without_statistics_and_refuse_negative_resamples(capsys):
+    parser = argparse.ArgumentParser()
+    _add_output_options(parser)
+    args = parser.parse_args([])
+    assert args.stats == 0 and not (args.no_plots or args.no_progress or args.strict or args.debug)
+    assert parser.parse_args(["--stats", "200", "--strict"]).stats == 200
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--stats", "-1"])
+    assert (
+        "--stats must be 0 (no statistics) or a number of resamples >= 1, got -1" in capsys.readouterr().err
+    )
+
+
+def test_run_settings_carry_the_options_under_the_planners_names(tmp_path):
+    argv = ["run", "--pascal-draws", "3", "--model", "m", "--cache-dir", str(tmp_path), "--no-cache"]
+    settings = _run_settings(_bench_args(*argv, "--no-progress", "--strict", "--data-dir", "d"))
+    assert settings.options["pascal_n_draws"] == 3 and settings.options["ties"] == "half"
+    assert set(settings.options) == {
+        "image_root",
+        "video_root",
+        "seed",
+        "ties",
+        "pascal_n_draws",
+        "abstract_votes",
+        "thumb_references",
+        "composite_keep_references",
+        "split",
+    }
+    assert settings.metric_options == {"model": "m", "checkpoint": None, "vectors": None, "device": None}
+    assert settings.cache.root == tmp_path and not settings.cache.enabled
+    assert (settings.data_dir, settings.progress, settings.strict) == ("d", False, True)
+    assert _run_settings(_bench_args("run")).progress is None
+
+
+def test_score_benchmark_runs_what_the_plan_allows_and_records_its_refusals(
+    tmp_path, capsys, empty_hub_cache
+):
+    from capeval.bench.run_plan import plan_run
+
+    args = _bench_args("run", "-m", "length", "image", "--data-dir", str(FIX), "--cache-dir", str(tmp_path))
+    settings = _run_settings(args)
+    plan = plan_run(["flickr8k_expert"], args.metrics, str(FIX), settings.options, settings.metric_options)
+    run = _score_benchmark(plan.benchmarks[0], plan, replace(settings, progress=False))
+    assert run.outcomes["length"].values and not run.outcomes["length"].skipped
+    assert run.outcomes["pacscore"].skipped == plan.skipped[("flickr8k_expert", "pacscore")]
+    assert capsys.readouterr().err == "[bench] Flickr8k-Expert\n"
+
+
+def _outcomes_run(**outcomes) -> BenchmarkRun:
+    return BenchmarkRun(BENCHMARKS["flickr8k_expert"], outcomes=outcomes)
+
+
+def test_print_run_names_unplanned_skips_and_prints_the_table_of_what_scored(capsys):
+    from capeval.bench.run_plan import RunPlan
+
+    run = _outcomes_run(
+        a=MetricOutcome("a", "A", skipped="failed:\n  RuntimeError"),
+        b=MetricOutcome("b", "B", skipped="no weights"),
+        c=MetricOutcome("c", "C", values={"kendall_c": 40.0}),
+    )
+    _print_run(run, RunPlan([], [], skipped={("flickr8k_expert", "b"): "no weights"}), debug=False)
+    out, err = capsys.readouterr()
+    assert err == "[bench] Flickr8k-Expert: a skipped: failed: RuntimeError\n"  # b was said by the plan
+    assert out.startswith("\nFlickr8k-Expert\n| Metric |") and "| C | 40.0" in out
+
+
+def test_print_run_of_a_benchmark_not_run_says_why_on_one_line(capsys):
+    from capeval.bench.run_plan import RunPlan
+
+    skipped = BenchmarkRun(BENCHMARKS["foil"], skipped="no FOIL files\nin data/foil")
+    _print_run(skipped, RunPlan([], []), debug=True)
+    assert capsys.readouterr() == ("", "[bench] FOIL-COCO not run: no FOIL files in data/foil\n")
+    only_skips = _outcomes_run(a=MetricOutcome("a", "A", skipped="x"))
+    _print_run(only_skips, RunPlan([], []), debug=False)
+    assert capsys.readouterr().out == ""  # no table without a scored metric
+
+
+def test_nothing_scored_is_none_once_a_metric_scored_and_else_gives_two_reasons_and_a_count():
+    scored = _outcomes_run(a=MetricOutcome("a", "A", values={"kendall_c": 1.0}))
+    failed = _outcomes_run(
+        a=MetricOutcome("a", "A", skipped="boom"),
+        b=MetricOutcome("b", "B", skipped="no\nimages"),
+        c=MetricOutcome("c", "C", skipped="boom"),
+    )
+    not_run = BenchmarkRun(BENCHMARKS["foil"], skipped="no data")
+    assert _nothing_scored([failed, scored]) is None
+    assert _nothing_scored([failed]) == "a: boom; b: no images (and 1 more reasons)"
+    assert _nothing_scored([not_run, not_run]) == "no data"

@@ -232,6 +232,87 @@ def test_pascal50s_json_layout_and_its_labels(tmp_path):
     assert load_pascal50s(tmp_path)[0]["label"] == 1  # the JSON consensus label wins over the 11 votes
 
 
+def test_pascal_extras_are_empty_without_the_optional_files_and_read_when_present(tmp_path):
+    from capeval.bench.pascal_files import read_extras
+
+    empty = read_extras(tmp_path, 4)
+    assert empty.consensus_refs is None and empty.consensus_votes is None
+    assert empty.image_refs == {} and empty.json_index == {} and empty.labels_name is None
+    sents = {"2008_000001.jpg": ["x one"], "2008_000002.jpg": ["y one"]}
+    write_pascal_mats(
+        tmp_path, PAIRS, consensus_votes=[(30, 18), (48, 0), (10, 38), (24, 24)], image_sents=sents
+    )
+    (tmp_path / "pascal_50s_consensus_labels.json").write_text(json.dumps({"HC": []}))
+    extras = read_extras(tmp_path, 4)
+    assert extras.consensus_votes == [[30, 18], [48, 0], [10, 38], [24, 24]]
+    assert (
+        extras.consensus_refs[1][0] == "reference 0 of 2008_000001.jpg"
+        and len(extras.consensus_refs[1]) == 48
+    )
+    assert extras.image_refs == sents and extras.labels_name == "pascal_50s_consensus_labels.json"
+
+
+def test_pascal_label_prefers_consensus_then_the_json_label_then_the_11_votes():
+    from capeval.bench.pascal import _pascal_label
+    from capeval.bench.pascal_files import PascalExtras
+
+    rng = np.random.default_rng(0)
+    hit = ("HC", 1, ["r"])
+    consensus = PascalExtras(consensus_votes=[[10, 38]], labels_name="labels.json")
+    assert _pascal_label(0, [11, 0], hit, consensus, rng) == (
+        [10, 38],
+        1,
+        False,
+        "consensus_pascal.mat (48 judgments)",
+    )
+    json_only = PascalExtras(labels_name="labels.json")
+    assert _pascal_label(0, [11, 0], hit, json_only, rng) == (
+        [],
+        1,
+        False,
+        "labels.json (48-judgment consensus)",
+    )
+    assert _pascal_label(0, [7, 4], None, json_only, rng) == ([7, 4], 0, False, "pair_pascal.mat (11 votes)")
+
+
+def test_pascal_label_breaks_a_tie_with_the_generator_it_is_given():
+    from capeval.bench.pascal import _pascal_label
+    from capeval.bench.pascal_files import PascalExtras
+
+    labels = [_pascal_label(0, [5, 5], None, PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)]
+    assert {tie for _, tie in labels} == {True} and {label for label, _ in labels} == {0, 1}
+    assert labels == [
+        _pascal_label(0, [5, 5], None, PascalExtras(), np.random.default_rng(s))[1:3] for s in range(8)
+    ]
+
+
+def test_pascal_references_by_priority_never_include_the_two_candidates():
+    from capeval.bench.pascal import _pascal_references
+    from capeval.bench.pascal_files import PascalExtras
+
+    hit = ("HC", 0, ["json ref"])
+    images = {"img.jpg": ["cand a", "s1", "cand b", "s2"]}
+    both = PascalExtras(consensus_refs=[["c1", "c2"]], image_refs=images)
+    assert _pascal_references(0, "img.jpg", ("cand a", "cand b"), hit, both) == ["c1", "c2"]
+    sentences = PascalExtras(image_refs=images)
+    assert _pascal_references(0, "img.jpg", ("cand a", "cand b"), hit, sentences) == ["s1", "s2"]
+    assert _pascal_references(0, "other.jpg", ("a", "b"), hit, sentences) == ["json ref"]
+    assert _pascal_references(0, "other.jpg", ("a", "b"), None, sentences) == []
+
+
+def test_json_entries_of_a_repeated_pair_are_taken_in_file_order_once_each():
+    from collections import defaultdict
+
+    from capeval.bench.pascal import _take_json_entry
+
+    key = ("img.jpg", "a", "b")
+    index = {key: [("HC", 0, []), ("HI", 1, [])]}
+    used: dict = defaultdict(int)
+    taken = [_take_json_entry(index, used, key) for _ in range(3)]
+    assert taken == [("HC", 0, []), ("HI", 1, []), None]
+    assert _take_json_entry(index, used, ("img.jpg", "a", "c")) is None and used[key] == 2
+
+
 def test_abstract50s_pairs_candidates_with_48S_references_and_optional_votes():
     folder = FIX / "abstract50s"
     ds = load_abstract50s(folder, votes=folder / "abstract50s_votes.json")

@@ -1,4 +1,5 @@
-"""What the report's figures show: bins and their counts, axis limits, which panels are drawn, published markers."""
+"""What the report's figures show: bins and their counts, axis limits, which panels are drawn, published markers;
+and the report's parts around a benchmark's table (header, notes, figures, signatures, results, sources)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import pytest
 
 from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.plots import CHANCE, degenerate_reason, figure_data, plot_run, rating_bins
-from capeval.bench.published import published_value
+from capeval.bench.published import published_value, published_values, sources
+from capeval.bench.report import (
+    _figures,
+    _notes,
+    _report_header,
+    _run_results,
+    _signatures_block,
+    _sources_section,
+)
 from capeval.bench.runner import BenchmarkRun, MetricOutcome
 
 
@@ -109,3 +118,90 @@ def test_plot_run_writes_a_png_for_both_kinds(tmp_path):
     assert plot_run(rating, tmp_path / "r.png", n_resamples=20).stat().st_size > 0
     pair = _pairwise_run({"clipscore": {"HC": 60.0, "HI": 90.0, "HM": 80.0, "MM": 55.0, "mean": 71.0}})
     assert plot_run(pair, tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_header_names_the_title_version_and_context():
+    from capeval import __version__
+
+    lines = _report_header("Flickr tables", {"data": "benchmarks", "metrics": "wmd"})
+    assert lines[:2] == ["# Flickr tables", ""]
+    assert lines[2].startswith(f"capeval {__version__}, ")
+    assert lines[2].endswith(". data: `benchmarks`. metrics: `wmd`.")
+    assert lines[4].startswith("Cells read **ours (published, ours − published)**") and lines[-1] == ""
+    assert _report_header("T", None)[2].count("`") == 0  # no context, no pairs
+
+
+def test_notes_list_the_protocol_then_skipped_metrics_and_each_metrics_notes():
+    run = _rating_run([1.0, 2.0], {"wmd": [0.1, 0.2]})
+    run.outcomes = {
+        "a": MetricOutcome("a", "Alpha", skipped="no images"),
+        "b": MetricOutcome("b", "Beta", notes=["vectors: GloVe", "2 empty captions"]),
+    }
+    protocol = [f"- {note}" for note in run.benchmark.notes]
+    assert _notes(run) == [
+        *protocol,
+        "- **Alpha skipped**: no images",
+        "- Beta: vectors: GloVe",
+        "- Beta: 2 empty captions",
+    ]
+
+
+def test_figures_link_the_plot_they_draw_and_add_the_statistics_asked_for(tmp_path):
+    rng = np.random.default_rng(3)
+    run = _rating_run(rng.integers(1, 5, 40).astype(float).tolist(), {"wmd": rng.random(40).tolist()})
+    assert _figures(run, tmp_path, plots=False, stats=0) == []
+    lines = _figures(run, tmp_path, plots=True, stats=0)
+    assert lines == [f"![{run.benchmark.title}](plots/flickr8k_cf.png)", ""]
+    assert (tmp_path / "flickr8k_cf.png").read_bytes()[:4] == b"\x89PNG"
+    with_stats = _figures(run, tmp_path / "none", plots=False, stats=20)
+    assert with_stats and any("20 resamples" in line for line in with_stats)
+    assert not (tmp_path / "none").exists()
+
+
+def test_signatures_block_folds_the_signatures_of_metrics_that_ran():
+    run = _rating_run([1.0, 2.0], {})
+    run.outcomes = {
+        "a": MetricOutcome("a", "Alpha", signature="alpha|v=1", computed=3, cached=2, seconds=1.25),
+        "b": MetricOutcome("b", "Beta", signature="beta|v=1", skipped="failed"),
+        "c": MetricOutcome("c", "Gamma"),
+    }
+    assert _signatures_block(run) == [
+        "<details><summary>Signatures</summary>",
+        "",
+        "  - Alpha: `alpha|v=1` (3 computed, 2 from cache, 1.2 s)",
+        "",
+        "</details>",
+        "",
+    ]
+    run.outcomes = {"c": MetricOutcome("c", "Gamma")}
+    assert _signatures_block(run) == []
+
+
+def test_run_results_give_values_matching_published_values_and_other_settings():
+    run = _rating_run([1.0, 2.0, 3.0], {}, benchmark="flickr8k_expert")
+    run.outcomes = {
+        "bleu4": MetricOutcome("bleu4", "BLEU-4", values={"kendall_c": 30.0}, notes=["n"]),
+        "wmd": MetricOutcome("wmd", "WMD", values={"kendall_c": 40.0}, signature="wmd|vectors=glove-6b-50d"),
+    }
+    entry = _run_results(run)
+    assert entry["benchmark"] == "flickr8k_expert" and entry["items"] == 3
+    bleu4 = entry["metrics"]["bleu4"]
+    assert bleu4["published"]["kendall_c"] == published_value("flickr8k_expert", "bleu4", "kendall_c").value
+    assert bleu4["values"] == {"kendall_c": 30.0} and bleu4["notes"] == ["n"] and bleu4["skipped"] is None
+    # The word2vec figures of the WMD paper are another setting than a GloVe run: listed apart, not compared.
+    others = entry["metrics"]["wmd"]["published_other_settings"]
+    expected = [p for p in published_values("flickr8k_expert", "wmd") if p.setting]
+    assert [o["value"] for o in others] == [p.value for p in expected] and expected
+    assert all(o["setting"] for o in others)
+
+
+def test_sources_section_cites_each_source_once_in_sorted_order():
+    assert _sources_section(set()) == []
+    citations = sources()
+    keys = sorted(citations)[:2]
+    assert _sources_section(set(reversed(keys))) == [
+        "## Sources of the published values",
+        "",
+        *(f"- `{k}`: {citations[k]}" for k in keys),
+        "",
+    ]

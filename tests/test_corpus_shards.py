@@ -288,3 +288,107 @@ def test_embeddings_are_saved_as_float16_when_asked(tmp_path):
     # CLIP-S = 2.5 * max(cos, 0) from the saved (float16) embeddings, to float16's precision
     cos = (image * text).sum(1) / np.linalg.norm(image, axis=1) / np.linalg.norm(text, axis=1)
     np.testing.assert_allclose(2.5 * np.maximum(cos, 0), table.column("clipscore").to_numpy(), atol=5e-3)
+
+
+def _given(**changes):
+    given = dict(model=None, device=None, dtype="float32", prefix=None, w=None, checkpoint=None)
+    return {**given, **changes}
+
+
+def test_checked_settings_fill_the_default_model_and_keep_only_the_options_given():
+    from capeval.clip.backbones import DEFAULT_MODEL
+    from capeval.corpus.shard_run import _checked_settings
+
+    names, options = _checked_settings("local", ["refclipscore"], 8, _given(w=2.0))
+    assert names == ["refclipscore"]
+    assert options == {"model": DEFAULT_MODEL, "device": None, "dtype": "float32", "w": 2.0}
+    names, options = _checked_settings("ray", "pacscore", 1, _given(checkpoint="pacs.pth", prefix="A"))
+    assert names == ["pacscore"] and options["model"] is None  # PAC-S has no default backbone to fill in
+    assert (options["checkpoint"], options["prefix"]) == ("pacs.pth", "A")
+
+
+@pytest.mark.parametrize(
+    ("engine", "metrics", "batch_size", "given", "message"),
+    [
+        ("spark", ["clipscore"], 8, _given(), "engine must be one of .*'spark'"),
+        ("local", ["clipscore", "emscore"], 8, _given(), "metric 1 'emscore' cannot score shards"),
+        ("local", ["clipscore"], 0, _given(), "batch_size must be >= 1, got 0"),
+        ("local", ["pacscore"], 8, _given(model="m"), "pacscore needs its weights: give checkpoint="),
+    ],
+)
+def test_checked_settings_refuse_bad_settings_naming_them(engine, metrics, batch_size, given, message):
+    from capeval.corpus.shard_run import _checked_settings
+
+    with pytest.raises(ValueError, match=message):
+        _checked_settings(engine, metrics, batch_size, given)
+
+
+def test_the_driver_loads_the_models_on_its_cpu_for_ray_and_where_asked_for_locally():
+    from capeval.corpus.shard_run import _driver_options
+
+    options = {"model": MODEL, "device": "cuda:7", "dtype": "float32"}
+    assert _driver_options(options, "ray") == {"model": MODEL, "device": "cpu", "dtype": "float32"}
+    assert _driver_options(options, "local") == options and options["device"] == "cuda:7"
+
+
+def test_threshold_column_is_the_first_metrics_unless_named_and_must_be_written():
+    from types import SimpleNamespace
+
+    from capeval.corpus.shard_run import _threshold_column
+
+    scorer = SimpleNamespace(metrics=["refclipscore"], columns=lambda: ["refclipscore", "clip_s"])
+    assert _threshold_column(scorer, None) == "refclipscore"
+    assert _threshold_column(scorer, "clip_s") == "clip_s"
+    with pytest.raises(ValueError, match=r"threshold_key 'pacscore' is not a score column .*'clip_s'"):
+        _threshold_column(scorer, "pacscore")
+
+
+def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
+    from types import SimpleNamespace
+
+    from capeval.corpus.shard_outputs import FORMAT
+    from capeval.corpus.shard_run import _Plan
+
+    plan = _Plan(
+        source=tmp_path, engine="local", columns={"caption": "txt", "image": "jpg"}, batch_size=4,
+        embeddings=True, key_metric="clipscore", cut={}, ray={},
+    )  # fmt: skip
+    scorer = SimpleNamespace(metrics=["clipscore"], signatures={"clipscore": "clipscore|model=m"})
+    assert plan.manifest(scorer) == {
+        "format": FORMAT,
+        "metrics": ["clipscore"],
+        "signatures": {"clipscore": "clipscore|model=m"},
+        "source": {"folder": str(tmp_path.resolve())},
+        "columns": {"caption": "txt", "image": "jpg"},
+        "embeddings": True,
+    }
+
+
+def test_claimed_output_is_created_locked_and_recorded_and_refuses_other_settings(tmp_path):
+    from capeval.corpus.lock import FolderInUseError, OutputLock
+    from capeval.corpus.shard_run import _claimed_output
+
+    out = tmp_path / "new" / "run"
+    with _claimed_output(out, {"metrics": ["clipscore"]}) as held:
+        assert held == out and json.loads((out / "run.json").read_text()) == {"metrics": ["clipscore"]}
+        with pytest.raises(FolderInUseError):
+            OutputLock(out).acquire()
+    (out / "scores").mkdir()
+    stale = out / "scores" / ".00000.parquet.123.capeval-tmp"
+    stale.write_bytes(b"half")
+    with _claimed_output(out, {"metrics": ["clipscore"]}):
+        assert not stale.exists()  # a killed run's temporary, removed once the folder is held
+    with pytest.raises(ValueError, match="holds a run with other settings"):
+        with _claimed_output(out, {"metrics": ["refclipscore"]}):
+            pass
+
+
+def test_claimed_output_refuses_a_folder_capeval_did_not_make(tmp_path):
+    from capeval.corpus.shard_run import _claimed_output
+
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="is not a capeval output folder .*cat.jpg"):
+        with _claimed_output(tmp_path / "photos", {}):
+            pass
+    assert not (tmp_path / "photos" / "run.json").exists()

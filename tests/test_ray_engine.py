@@ -300,3 +300,73 @@ def test_text_columns_travel_as_variable_width_strings_keeping_none_and_nuls():
     assert column.dtype == object and column.nbytes == 64 * column.itemsize
     assert column[1] == "a cat\x00\x00" and column[-1] is None
     assert ray_engine._received(np.array([np.nan, "a"], dtype=object)) == [None, "a"]
+
+
+def test_actor_pool_takes_one_gpu_per_actor_when_the_cluster_has_gpus():
+    options = {"model": "m", "device": "cuda:3"}
+    pool = ray_engine._actor_pool(2, options)
+    assert (pool.size, pool.gpus, pool.cpus) == (2, 1.0, 1.0)
+    assert pool.options == {"model": "m", "device": "cuda"}  # each actor sees its own GPU as cuda:0
+    assert options["device"] == "cuda:3"  # the caller's options are not changed
+    assert ray_engine._actor_pool(4, options, gpus=2.0).size == 2
+    assert ray_engine._actor_pool(4, options, size=1, cpus=3.0) == ray_engine._ActorPool(
+        1, 1.0, 3.0, {"model": "m", "device": "cuda"}
+    )
+
+
+def test_actor_pool_leaves_cpus_to_the_reads_without_gpus_or_when_the_cpu_is_asked_for():
+    for gpus, options in ((0, {"device": None}), (2, {"device": "cpu"})):
+        pool = ray_engine._actor_pool(gpus, options)
+        assert (pool.size, pool.gpus, pool.cpus) == (1, 0.0, ray_engine.CPU_ACTOR_CPUS)
+        assert pool.options == options
+    assert ray_engine._actor_pool(0, {}, size=3).size == 3
+
+
+def test_load_failure_keeps_the_last_line_of_rays_traceback_with_the_metrics_model_and_device():
+    err = RuntimeError("Traceback (most recent call last):\n  File x\nOSError: no model at /m\n\n")
+    failure = ray_engine._load_failure(err, ["clipscore"], "/m", "cuda")
+    assert str(failure) == (
+        "a Ray actor could not load the models of ['clipscore'] (model='/m', device='cuda'): OSError: no model "
+        "at /m; the run stopped (shards already written are kept)"
+    )
+
+
+def test_read_stage_prepares_every_row_of_a_shard_and_one_failure_row_for_an_unreadable_one(
+    local_ray, tmp_path
+):
+    from capeval.corpus.shards import list_shards
+
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)
+    (tmp_path / "in" / "00001.tar").write_bytes(b"not a tar" * 100)
+    reads = {"caption_column": None, "image_column": None, "batch_size": 2, "image_size": 32}
+    rows = ray_engine._read_stage(local_ray, list_shards(tmp_path / "in"), reads).take_all()
+    good = [r for r in rows if r["shard"] == "00000"]
+    assert sorted(r["index"] for r in good) == [0, 1, 2] and {r["shard_rows"] for r in good} == {3}
+    assert all(r["pixels"].shape == (32, 32, 3) and r["failure"] is None for r in good)
+    [bad] = [r for r in rows if r["shard"] == "00001"]
+    assert bad["index"] == -1 and bad["shard_rows"] == 0 and "00001" in bad["failure"]
+
+
+class EchoActor:
+    """Stamps each row with what the actor was built with."""
+
+    def __init__(self, metrics, options, embeddings):
+        self.tag = f"{','.join(metrics)}@{options['device']}:{embeddings}"
+
+    def __call__(self, batch):
+        return {"x": batch["x"], "tag": np.array([self.tag] * len(batch["x"]), dtype=object)}
+
+
+def test_score_stage_builds_its_actors_with_the_pools_options(local_ray):
+    from ray import cloudpickle  # Ray's own copy pickles the actor class
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship EchoActor to the workers by value
+    try:
+        ds = local_ray.data.from_items([{"x": 1}, {"x": 2}, {"x": 3}])
+        pool = ray_engine._ActorPool(size=1, gpus=0.0, cpus=0.5, options={"model": "m", "device": "cpu"})
+        constructor = {"metrics": ["clipscore", "refclipscore"], "embeddings": True}
+        rows = ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool).take_all()
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert sorted(r["x"] for r in rows) == [1, 2, 3]
+    assert {r["tag"] for r in rows} == {"clipscore,refclipscore@cpu:True"}

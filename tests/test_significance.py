@@ -298,3 +298,62 @@ def test_scores_at_the_bound_give_finite_means_intervals_and_p_values_without_wa
                 [result.mean_a, result.mean_b, result.delta, result.ci_low, result.ci_high]
             ).all()
             assert 0 < result.p_value <= 1
+
+
+def test_paired_scores_are_float_arrays_with_the_names_as_strings():
+    from capeval.bench.significance import _paired_scores
+
+    a, b, name_a, name_b = _paired_scores({"scores": [1, 2]}, np.array([0.5, 0.25]), (7, "base"))
+    assert a.dtype == b.dtype == np.float64 and a.tolist() == [1.0, 2.0] and b.tolist() == [0.5, 0.25]
+    assert (name_a, name_b) == ("7", "base")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "names", "message"),
+    [
+        ([1, 2], [1, 2], "ab", "names must be two names"),
+        ([1, 2], [1, 2], ("a", "b", "c"), "names must be two names"),
+        ([1, 2, 3], [1, 2], ("x", "y"), "got 3 scores for 'x' and 2 for 'y'"),
+        ([1], [2], ("x", "y"), "at least 2 items, got 1"),
+    ],
+)
+def test_paired_scores_refuse_unpaired_input_naming_the_systems(a, b, names, message):
+    from capeval.bench.significance import _paired_scores
+
+    with pytest.raises(ValueError, match=message):
+        _paired_scores(a, b, names)
+
+
+def test_agreed_metric_is_the_given_name_else_the_signatures_metric():
+    from capeval.bench.significance import _agreed_metric
+
+    result = {"scores": [1, 2], "signature": "wmd|vectors=glove"}
+    assert _agreed_metric(result, dict(result), None) == "wmd"
+    assert _agreed_metric([1, 2], result, None) == "wmd"
+    assert _agreed_metric(result, result, "WMD (GloVe)") == "WMD (GloVe)"
+    assert _agreed_metric([1, 2], [3, 4], None) is None
+
+
+def test_agreed_metric_refuses_results_computed_with_other_options():
+    from capeval.bench.significance import _agreed_metric
+
+    with pytest.raises(ValueError, match="computed differently .*'wmd\\|sigma=1' vs 'wmd\\|sigma=2'"):
+        _agreed_metric({"signature": "wmd|sigma=1"}, {"signature": "wmd|sigma=2"}, "wmd")
+
+
+def test_p_value_of_the_permutation_test_enumerates_small_samples_exactly():
+    from capeval.bench.significance import _p_value
+
+    # d = (0.1, 0.2, 0.3, 0.4): only the all-plus and all-minus sign assignments reach |sum| >= 1.0.
+    d = np.array([0.1, 0.2, 0.3, 0.4])
+    p, exact = _p_value(d, "permutation", 100, np.zeros(100), seed=0)
+    assert exact and p == pytest.approx(2 / 16, abs=1e-12)
+
+
+def test_p_value_of_the_bootstrap_reads_the_resampled_means_it_is_given():
+    from capeval.bench.significance import _p_value
+
+    # mean(d) = 0.25; |means| = (0, 0.5, 1.0, 0.5) centred on their mean 0.5 give (-0.5, 0, 0.5, 0): one of
+    # four is >= 0.25, so p = (1 + 1) / (4 + 1).
+    p, exact = _p_value(np.array([0.0, 0.5]), "bootstrap", 4, np.array([0.0, -0.5, 1.0, 0.5]), seed=0)
+    assert not exact and p == pytest.approx(2 / 5)

@@ -158,3 +158,85 @@ def test_signature_names_vectors_options_and_library_versions(glove_wmd):
     assert fields["stopwords"] == "coco" and fields["tokenizer"] == "ptb"
     assert {"capeval", "gensim", "POT"} <= set(fields)
     assert parse_signature(WMD(normalize_vectors=True, stopwords="none").signature)[1]["stopwords"] == "none"
+
+
+@pytest.fixture
+def toy_documents():
+    # Words p (0, 0), q (3, 4), r (6, 8): |pq| = |qr| = 5, |pr| = 10. Documents [p q], [r], [p r] and one empty.
+    from capeval.text.documents import Documents
+
+    return Documents(
+        ptr=np.array([0, 2, 3, 5, 5]),
+        words=np.array([0, 1, 2, 0, 2]),
+        weights=np.array([0.5, 0.5, 1.0, 0.5, 0.5]),
+        embeddings=np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]]),
+        vocabulary=["p", "q", "r"],
+        tokens=[["p", "q"], ["r"], ["p", "r"], []],
+    )
+
+
+def test_distinct_pairs_are_sorted_and_each_reference_points_at_its_pair():
+    from capeval.text.transport import _distinct_pairs
+
+    pc, pr, pair_of_ref = _distinct_pairs(5, np.array([0, 0, 2, 0]), np.array([1, 1, 0, 2]))
+    assert pc.tolist() == [0, 0, 2] and pr.tolist() == [1, 2, 0]
+    assert pair_of_ref.tolist() == [0, 0, 2, 1]  # the repeated reference shares its pair
+
+
+def test_pair_table_holds_bounds_closed_forms_and_leaves_only_real_problems_open(toy_documents):
+    from capeval.text.transport import _pair_table
+
+    table = _pair_table(toy_documents, np.array([0, 0, 0, 0]), np.array([1, 2, 3, 0]))
+    # [p q] -> [r]: one-word side, closed form 0.5 * 10 + 0.5 * 5; -> [p r]: relaxed bound 2.5, solve pending;
+    # -> empty: inf; -> itself: 0.
+    np.testing.assert_allclose(table.lower, [7.5, 2.5, np.inf, 0.0])
+    np.testing.assert_array_equal(table.exact, [7.5, np.nan, np.inf, 0.0])
+    assert table.slot.tolist() == [0, 1, -1, 2] and table.closed == 2
+    a, b, cost = table.problems(toy_documents, np.array([1]))[0]
+    assert a.tolist() == b.tolist() == [0.5, 0.5]
+    np.testing.assert_allclose(cost, [[0.0, 10.0], [5.0, 5.0]])
+
+
+def test_pair_table_of_empty_documents_only_has_infinite_distances(toy_documents):
+    from capeval.text.transport import _pair_table
+
+    table = _pair_table(toy_documents, np.array([3, 0]), np.array([1, 3]))
+    assert table.exact.tolist() == table.lower.tolist() == [np.inf, np.inf]
+    assert table.cost is None and table.closed == 0 and table.slot.tolist() == [-1, -1]
+
+
+def test_exact_solver_fills_in_the_pairs_it_is_given_and_counts_them(toy_documents):
+    from capeval.text.transport import _ExactSolver, _pair_table
+
+    table = _pair_table(toy_documents, np.array([0, 0]), np.array([1, 2]))
+    with _ExactSolver(toy_documents, table, num_workers=1) as solver:
+        solver.solve(np.array([], dtype=np.int64))
+        solver.solve(np.array([1]))
+    # [p q] -> [p r]: p stays, q moves to r (5) with half the mass.
+    assert table.exact[1] == pytest.approx(2.5) and solver.solved == 1 and solver.executor is None
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_closest_reference_search_prunes_by_lower_bound_and_keeps_the_first_best(toy_documents, prune):
+    from capeval.text.transport import _closest_references, _ExactSolver, _pair_table
+
+    # One candidate [p q] with references [r] (7.5, closed form), [p r] (2.5, solved), empty (inf).
+    pair_of_ref = np.array([0, 1, 2])
+    table = _pair_table(toy_documents, np.array([0, 0, 0]), np.array([1, 2, 3]))
+    best = np.array([np.inf])
+    with _ExactSolver(toy_documents, table, num_workers=1) as solver:
+        best_ref = _closest_references(np.zeros(3, dtype=np.int64), pair_of_ref, table, solver, best, prune)
+    assert best_ref.tolist() == [1] and best[0] == pytest.approx(2.5) and solver.solved == 1
+
+
+def test_closest_reference_search_reports_none_when_an_earlier_best_is_not_beaten(toy_documents):
+    from capeval.text.transport import _closest_references, _ExactSolver, _pair_table
+
+    table = _pair_table(toy_documents, np.array([0, 0]), np.array([1, 2]))
+    best = np.array([1.0])  # found by an earlier slice
+    with _ExactSolver(toy_documents, table, num_workers=1) as solver:
+        best_ref = _closest_references(
+            np.zeros(2, dtype=np.int64), np.array([0, 1]), table, solver, best, True
+        )
+    # Both lower bounds (7.5, 2.5) are above 1.0: nothing is solved and the earlier distance stands.
+    assert best_ref.tolist() == [-1] and best.tolist() == [1.0] and solver.solved == 0

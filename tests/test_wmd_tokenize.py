@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from capeval.text.stopwords import COCO_WMD_STOPWORDS, COCO_WMD_STOPWORDS_ORDERED, resolve_stopwords
-from capeval.text.tokenize import COCO_PUNCTUATIONS, coco_tokens, ptb_tokenize
+from capeval.text.tokenize import _WORD, COCO_PUNCTUATIONS, _lex_mark, _lex_word, coco_tokens, ptb_tokenize
 
 # Written by `java -cp stanford-corenlp-3.4.1.jar edu.stanford.nlp.process.PTBTokenizer -preserveLines
 # -lowerCase` (the jar pycocoevalcap ships) on each input line.
@@ -140,3 +140,48 @@ def test_stopword_option_names_sets_and_errors():
         resolve_stopwords("nltk")
     with pytest.raises(TypeError, match="stopwords must be strings"):
         resolve_stopwords(["a", 3])
+
+
+def _word_at(text: str, pos: int = 0) -> tuple[list[str], int]:
+    tokens: list[str] = []
+    end = _lex_word(text, pos, _WORD.match(text, pos), tokens)
+    return tokens, end
+
+
+def test_word_scanner_keeps_an_abbreviations_period_and_resumes_after_it():
+    assert _word_at("Mr.") == (["Mr."], 3)
+    assert _word_at("by J.", 3) == (["J."], 5)
+    assert _word_at("dog.") == (["dog"], 3)  # not an abbreviation: the period is lexed next round
+
+
+def test_word_scanner_splits_clitics_and_ptb_split_words_within_its_match():
+    assert _word_at("don't!") == (["do", "n't"], 5)
+    assert _word_at("Cannot") == (["Can", "not"], 6)
+
+
+def test_word_scanner_stops_before_an_inner_n_and_after_a_splitting_apostrophe():
+    # The returned position is where the next round starts: "'n'chips" and "keo" are lexed again.
+    assert _word_at("fish'n'chips") == (["fish"], 4)
+    assert _word_at("se'keo") == (["se", "`"], 3)
+    assert _word_at("int'l") == (["int", "'"], 4)
+    assert _word_at("O'Neil") == (["O'Neil"], 6)  # a known apostrophe word stays whole
+
+
+@pytest.mark.parametrize(
+    ("text", "pos", "token", "end"),
+    [
+        ("...x", 0, "...", 3),
+        ("a---b", 1, "--", 4),
+        ('"a"', 0, "``", 1),
+        ('a"', 1, "''", 2),
+        ("'a", 0, "`", 1),
+        ("'4", 0, "'", 1),
+        ("(", 0, "-lrb-", 1),
+        ("}", 0, "-rcb-", 1),
+        ("%", 0, "%", 1),
+    ],
+)
+def test_mark_scanner_gives_one_token_and_the_position_after_it(text, pos, token, end):
+    tokens: list[str] = []
+    assert _lex_mark(text, pos, tokens) == end
+    assert tokens == [token]

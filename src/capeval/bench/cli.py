@@ -15,6 +15,14 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capeval.bench.benchmark_types import Benchmark
+    from capeval.bench.cache import ScoreCache
+    from capeval.bench.run_plan import RunPlan
+    from capeval.bench.runner import BenchmarkRun
 
 DEFAULT_METRICS = ["baselines", "length", "text", "image"]
 
@@ -35,86 +43,17 @@ def _one_line(text: str) -> str:
 
 def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object."""
-    from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.validation import check_count, cli_type
-
     bench = subparsers.add_parser(
         "bench",
         help="reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
         description="Measure caption metrics against human judgments the way the papers do.",
     )
     sub = bench.add_subparsers(dest="bench_command", metavar="{run,list,published}")
-
     r = sub.add_parser("run", help="score metrics on benchmarks and write the Markdown report with plots")
-    r.add_argument(
-        "benchmarks",
-        nargs="*",
-        default=["all"],
-        help=f"benchmarks to run ({', '.join(BENCHMARKS)}; default: all that have data)",
-    )
-    r.add_argument(
-        "-m",
-        "--metrics",
-        nargs="+",
-        default=DEFAULT_METRICS,
-        help="metric names, groups (baselines, text, image) or package.module:callable "
-        f"(default: {' '.join(DEFAULT_METRICS)})",
-    )
-    r.add_argument(
-        "--data-dir",
-        default=_data_dir_default(),
-        help="folder with one sub-folder per benchmark (default: $CAPEVAL_BENCH_DATA or ./benchmarks)",
-    )
-    r.add_argument("--out", default="bench-report", help="report folder (report.md, results.json, plots/)")
-    r.add_argument(
-        "--image-root", help="folder of the benchmark images (image metrics are skipped without it)"
-    )
-    r.add_argument("--video-root", help="folder of the VATEX-EVAL videos")
-    r.add_argument(
-        "--cache-dir", help="per-item score cache (default: $CAPEVAL_BENCH_CACHE or ~/.cache/capeval/bench)"
-    )
-    r.add_argument("--no-cache", action="store_true", help="neither read nor write cached scores")
-    r.add_argument("--model", help="CLIP backbone for image metrics (Hub id or local folder)")
-    r.add_argument("--checkpoint", help="PAC-S weights (authors' .pth, converted folder or Hub repo)")
-    r.add_argument("--vectors", help="word vectors for WMD / WEmbSim (default: the packaged GloVe-6B-50d)")
-    r.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)")
-    r.add_argument(
-        "--pascal-draws",
-        type=cli_type("--pascal-draws", int, check_count),
-        default=5,
-        help="random reference draws on Pascal-50S (default 5)",
-    )
-    r.add_argument(
-        "--ties",
-        default="half",
-        choices=["half", "random", "wrong", "first"],
-        help="what a metric tie counts as in pairwise accuracy (default: half)",
-    )
-    r.add_argument("--abstract-votes", help="Abstract-50S human votes (not in the public files)")
-    r.add_argument("--thumb-references", help="COCO references for THumB 1.0")
-    r.add_argument(
-        "--composite-keep-references",
-        action="store_true",
-        help="Composite: keep the rated human caption among the references (the easier setting)",
-    )
-    r.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
-    r.add_argument(
-        "--stats",
-        type=cli_type("--stats", int, _check_resamples),
-        default=0,
-        metavar="N",
-        help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
-    )
-    r.add_argument("--no-plots", action="store_true")
-    r.add_argument("--no-progress", action="store_true")
-    r.add_argument("--strict", action="store_true", help="stop on the first metric error")
-    r.add_argument(
-        "--debug",
-        action="store_true",
-        help="print the traceback of a failing metric (also CAPEVAL_DEBUG=1)",
-    )
-
+    _add_run_inputs(r)
+    _add_model_options(r)
+    _add_protocol_options(r)
+    _add_output_options(r)
     lister = sub.add_parser("list", help="benchmarks, their data folders and which metrics can run here")
     lister.add_argument("--data-dir", default=_data_dir_default())
     for option in ("--model", "--checkpoint", "--vectors"):
@@ -125,14 +64,129 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     return bench
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _add_run_inputs(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s what and where: the benchmarks, the metrics, the data, image and video folders, the report
+    folder and the score cache."""
     from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.bench.cache import ScoreCache
-    from capeval.bench.report import markdown_table, write_report
-    from capeval.bench.run_plan import RunRefused, plan_run
-    from capeval.bench.runner import BenchmarkRun, MetricOutcome, run_benchmark
 
-    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
+    parser.add_argument(
+        "benchmarks",
+        nargs="*",
+        default=["all"],
+        help=f"benchmarks to run ({', '.join(BENCHMARKS)}; default: all that have data)",
+    )
+    parser.add_argument(
+        "-m",
+        "--metrics",
+        nargs="+",
+        default=DEFAULT_METRICS,
+        help="metric names, groups (baselines, text, image) or package.module:callable "
+        f"(default: {' '.join(DEFAULT_METRICS)})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=_data_dir_default(),
+        help="folder with one sub-folder per benchmark (default: $CAPEVAL_BENCH_DATA or ./benchmarks)",
+    )
+    parser.add_argument(
+        "--out", default="bench-report", help="report folder (report.md, results.json, plots/)"
+    )
+    parser.add_argument(
+        "--image-root", help="folder of the benchmark images (image metrics are skipped without it)"
+    )
+    parser.add_argument("--video-root", help="folder of the VATEX-EVAL videos")
+    parser.add_argument(
+        "--cache-dir", help="per-item score cache (default: $CAPEVAL_BENCH_CACHE or ~/.cache/capeval/bench)"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write cached scores")
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s options of the model-based metrics: backbone, PAC-S weights, word vectors, device."""
+    parser.add_argument("--model", help="CLIP backbone for image metrics (Hub id or local folder)")
+    parser.add_argument("--checkpoint", help="PAC-S weights (authors' .pth, converted folder or Hub repo)")
+    parser.add_argument(
+        "--vectors", help="word vectors for WMD / WEmbSim (default: the packaged GloVe-6B-50d)"
+    )
+    parser.add_argument("--device", help="device for model-based metrics (cpu, cuda, ...)")
+
+
+def _add_protocol_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s protocol options: Pascal-50S's reference draws, tie counting, the files some benchmarks
+    need besides their own, Composite's reference setting, the Polaris / Nebula split."""
+    from capeval.validation import check_count, cli_type
+
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the Pascal-50S reference draws (default 0)"
+    )
+    parser.add_argument(
+        "--pascal-draws",
+        type=cli_type("--pascal-draws", int, check_count),
+        default=5,
+        help="random reference draws on Pascal-50S (default 5)",
+    )
+    parser.add_argument(
+        "--ties",
+        default="half",
+        choices=["half", "random", "wrong", "first"],
+        help="what a metric tie counts as in pairwise accuracy (default: half)",
+    )
+    parser.add_argument("--abstract-votes", help="Abstract-50S human votes (not in the public files)")
+    parser.add_argument("--thumb-references", help="COCO references for THumB 1.0")
+    parser.add_argument(
+        "--composite-keep-references",
+        action="store_true",
+        help="Composite: keep the rated human caption among the references (the easier setting)",
+    )
+    parser.add_argument("--split", default="test", help="split of Polaris / Nebula (default test)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``bench run``'s report and console options: statistics, plots, progress bars, strictness, tracebacks."""
+    from capeval.validation import cli_type
+
+    parser.add_argument(
+        "--stats",
+        type=cli_type("--stats", int, _check_resamples),
+        default=0,
+        metavar="N",
+        help="add bootstrap intervals (N resamples), Williams tests and forward selection to rating benchmarks",
+    )
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="stop on the first metric error")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of a failing metric (also CAPEVAL_DEBUG=1)",
+    )
+
+
+@dataclass(frozen=True)
+class _RunSettings:
+    """What every benchmark of one ``capeval bench run`` is scored with, from its arguments.
+
+    Attributes:
+        data_dir: the folder of the benchmarks' data folders.
+        options: benchmark options (image and video roots, seed, ties, Pascal-50S draws, extra files, split).
+        metric_options: options of the model-based metrics (model, checkpoint, vectors, device).
+        cache: the per-item score cache (disabled by ``--no-cache``).
+        progress: ``False`` without progress bars, else ``None`` (the runner's default).
+        strict: stop on the first metric error.
+    """
+
+    data_dir: str
+    options: dict[str, Any]
+    metric_options: dict[str, Any]
+    cache: ScoreCache
+    progress: bool | None
+    strict: bool
+
+
+def _run_settings(args: argparse.Namespace) -> _RunSettings:
+    """The settings of ``bench run`` in the names the planner and the runner take."""
+    from capeval.bench.cache import ScoreCache
+
     options = {
         "image_root": args.image_root,
         "video_root": args.video_root,
@@ -150,8 +204,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "vectors": args.vectors,
         "device": args.device,
     }
+    return _RunSettings(
+        data_dir=args.data_dir,
+        options=options,
+        metric_options=metric_options,
+        cache=ScoreCache(args.cache_dir, enabled=not args.no_cache),
+        progress=False if args.no_progress else None,
+        strict=args.strict,
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from capeval.bench.benchmarks import BENCHMARKS
+    from capeval.bench.report import write_report
+    from capeval.bench.run_plan import RunRefused, plan_run
+    from capeval.bench.runner import BenchmarkRun
+
+    debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))
+    settings = _run_settings(args)
     try:
-        plan = plan_run(args.benchmarks, args.metrics, args.data_dir, options, metric_options)
+        plan = plan_run(
+            args.benchmarks, args.metrics, args.data_dir, settings.options, settings.metric_options
+        )
     except RunRefused as err:
         print(f"capeval bench: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -161,48 +235,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         datasets.disable_progress_bars()
     for note in plan.notes():
         print(f"[bench] {_one_line(note)}", file=sys.stderr)
-    cache = ScoreCache(args.cache_dir, enabled=not args.no_cache)
     runs = [BenchmarkRun(BENCHMARKS[name], skipped=why) for name, why in plan.not_run.items()]
     for b in plan.benchmarks:
-        metrics = plan.runnable(b)
-        if not metrics:
+        if not plan.runnable(b):
             runs.append(BenchmarkRun(b, skipped="no metric asked for can run on it"))
             continue
-        print(f"[bench] {b.title}", file=sys.stderr)
-        run = run_benchmark(
-            b,
-            metrics,
-            data_dir=args.data_dir,
-            cache=cache,
-            options=options,
-            metric_options=metric_options,
-            progress=False if args.no_progress else None,
-            strict=args.strict,
-        )
-        for m in plan.metrics:
-            if (b.name, m.key) in plan.skipped and not run.skipped:
-                run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(b.name, m.key)])
-        runs.append(run)
-        if run.skipped:
-            print(f"[bench] {b.title} not run: {_one_line(run.skipped)}", file=sys.stderr)
-            continue
-        for o in run.outcomes.values():
-            if o.skipped and (b.name, o.key) not in plan.skipped:
-                if debug and o.error is not None:
-                    traceback.print_exception(o.error, file=sys.stderr)
-                print(f"[bench] {b.title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
-        if any(not o.skipped for o in run.outcomes.values()):
-            print(f"\n{b.title}\n{markdown_table(run)}\n")
-    scored = [o for r in runs if not r.skipped for o in r.outcomes.values() if not o.skipped]
-    if not scored:
-        reasons = [r.skipped for r in runs if r.skipped]
-        reasons += [f"{o.key}: {o.skipped}" for r in runs if not r.skipped for o in r.outcomes.values()]
-        reasons = list(dict.fromkeys(_one_line(x) for x in reasons))
-        more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
-        print(
-            f"capeval bench: nothing was scored, no report written: {'; '.join(reasons[:2])}{more}",
-            file=sys.stderr,
-        )
+        runs.append(_score_benchmark(b, plan, settings))
+        _print_run(runs[-1], plan, debug)
+    why_nothing = _nothing_scored(runs)
+    if why_nothing is not None:
+        print(f"capeval bench: nothing was scored, no report written: {why_nothing}", file=sys.stderr)
         return 1
     report = write_report(
         runs,
@@ -213,6 +255,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"[bench] report written to {report}", file=sys.stderr)
     return 0
+
+
+def _score_benchmark(benchmark: Benchmark, plan: RunPlan, settings: _RunSettings) -> BenchmarkRun:
+    """Run the plan's runnable metrics on ``benchmark`` (a ``BenchmarkRun``); the metrics the plan refused on it
+    are added as skipped outcomes with the plan's reason, unless the benchmark itself could not be run."""
+    from capeval.bench.runner import MetricOutcome, run_benchmark
+
+    print(f"[bench] {benchmark.title}", file=sys.stderr)
+    run = run_benchmark(
+        benchmark,
+        plan.runnable(benchmark),
+        data_dir=settings.data_dir,
+        cache=settings.cache,
+        options=settings.options,
+        metric_options=settings.metric_options,
+        progress=settings.progress,
+        strict=settings.strict,
+    )
+    for m in plan.metrics:
+        if (benchmark.name, m.key) in plan.skipped and not run.skipped:
+            run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(benchmark.name, m.key)])
+    return run
+
+
+def _print_run(run: BenchmarkRun, plan: RunPlan, debug: bool) -> None:
+    """Say on stderr why a benchmark or a metric did not run (the plan's own refusals were said before the run,
+    ``debug`` adds a failing metric's traceback), and print the table on stdout when a metric scored."""
+    title = run.benchmark.title
+    if run.skipped:
+        print(f"[bench] {title} not run: {_one_line(run.skipped)}", file=sys.stderr)
+        return
+    for o in run.outcomes.values():
+        if o.skipped and (run.benchmark.name, o.key) not in plan.skipped:
+            if debug and o.error is not None:
+                traceback.print_exception(o.error, file=sys.stderr)
+            print(f"[bench] {title}: {o.key} skipped: {_one_line(o.skipped)}", file=sys.stderr)
+    if any(not o.skipped for o in run.outcomes.values()):
+        from capeval.bench.report import markdown_table
+
+        print(f"\n{title}\n{markdown_table(run)}\n")
+
+
+def _nothing_scored(runs: Sequence[BenchmarkRun]) -> str | None:
+    """None when some metric scored on some benchmark; else why nothing was: the first two distinct reasons (on
+    one line each) and how many more there are."""
+    if any(not o.skipped for r in runs if not r.skipped for o in r.outcomes.values()):
+        return None
+    reasons = [r.skipped for r in runs if r.skipped]
+    reasons += [f"{o.key}: {o.skipped}" for r in runs if not r.skipped for o in r.outcomes.values()]
+    reasons = list(dict.fromkeys(_one_line(x) for x in reasons))
+    more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
+    return f"{'; '.join(reasons[:2])}{more}"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -35,7 +35,14 @@ from capeval.bench._common import (
     find_file,
     image_path,
     normalize_caption,
-    optional_file,
+)
+from capeval.bench.pascal_files import (
+    PascalExtras,
+    cell_text,
+    read_abstract_votes,
+    read_caption_list,
+    read_extras,
+    read_mat,
 )
 from capeval.bench.references import image_key
 from capeval.json_files import read_json_file
@@ -49,30 +56,6 @@ _WHERE = (
 )
 
 
-def _loadmat(path: Path) -> dict:
-    from scipy.io import loadmat
-
-    return loadmat(str(path))
-
-
-def _text(cell) -> str:
-    """A MATLAB char cell as a stripped string (``array(['x'])`` or nested object arrays)."""
-    while isinstance(cell, np.ndarray):
-        if cell.size == 0:
-            return ""
-        cell = cell.ravel()[0]
-    return str(cell).strip()
-
-
-def _scalar(cell) -> float:
-    """A MATLAB numeric cell (possibly nested in object arrays) as a Python number."""
-    while isinstance(cell, np.ndarray):
-        if cell.size != 1:
-            raise ValueError(f"expected one number, got an array of shape {cell.shape}")
-        cell = cell.ravel()[0]
-    return float(cell)
-
-
 def majority_label(votes_a: int, votes_b: int, rng: np.random.Generator) -> tuple[int, bool]:
     """(label, tie): 0 when caption A has more votes, 1 for B; a tie is broken by ``rng``."""
     if votes_a > votes_b:
@@ -82,61 +65,53 @@ def majority_label(votes_a: int, votes_b: int, rng: np.random.Generator) -> tupl
     return int(rng.integers(0, 2)), True
 
 
-def read_consensus_triplets(path: str | os.PathLike, n_pairs: int, per_pair: int = 48):
-    """``consensus_pascal.mat``: per pair, the references and the vote counts for (sentence 1, sentence 2)."""
-    mat = _loadmat(Path(path))
-    if "triplets" not in mat:
-        raise ValueError(f"{path}: no 'triplets' variable (expected the CIDEr consensus layout)")
-    trip = mat["triplets"].ravel()
-    if len(trip) != n_pairs * per_pair:
-        raise ValueError(f"{path}: {len(trip)} triplets for {n_pairs} pairs; expected {per_pair} per pair")
-    refs, votes = [], []
-    for i in range(n_pairs):
-        r, counts = [], [0, 0]
-        for t in trip[i * per_pair : (i + 1) * per_pair]:
-            # A struct with four fields, or a 1x4 cell: (reference, sentence 1, sentence 2, winner).
-            fields = (
-                [t[k] for k in range(4)]
-                if getattr(t, "dtype", None) is not None and t.dtype.names
-                else list(np.asarray(t, dtype=object).ravel())
-            )
-            ref, winner = fields[0], fields[3]
-            r.append(normalize_caption(_text(ref)))
-            w = int(_scalar(winner))
-            if w not in (1, 2):
-                raise ValueError(f"{path}: pair {i} has a winner {w}; expected 1 or 2")
-            counts[w - 1] += 1
-        refs.append(r)
-        votes.append(counts)
-    return refs, votes
+def _pascal_label(
+    i: int, votes11: list[int], json_hit: tuple | None, extras: PascalExtras, rng: np.random.Generator
+) -> tuple[list[int], int, bool, str]:
+    """Pair ``i``'s label by the loader's priority: consensus judgments, the JSON file's label, the 11 votes.
+
+    Args:
+        i: the pair's index in ``pair_pascal.mat``.
+        votes11: the pair's 11-vote counts ``[A, B]``.
+        json_hit: the pair's entry in the JSON labels (``(category, label, references)``), or None.
+        extras: the optional files' contents.
+        rng: breaks ties of the vote counts (drawn from only on a tie).
+
+    Returns:
+        ``(votes, label, tie, source)``: the counts the label came from (empty for a JSON label), the index of
+        the preferred caption, whether a tie was broken, and the ``label_source`` text.
+    """
+    if extras.consensus_votes is not None:
+        votes = extras.consensus_votes[i]
+        label, tie = majority_label(votes[0], votes[1], rng)
+        return votes, label, tie, "consensus_pascal.mat (48 judgments)"
+    if json_hit is not None:
+        return [], json_hit[1], False, f"{extras.labels_name} (48-judgment consensus)"
+    label, tie = majority_label(votes11[0], votes11[1], rng)
+    return votes11, label, tie, "pair_pascal.mat (11 votes)"
 
 
-def _read_pascal_refs(path: Path) -> dict[str, list[str]]:
-    """50 sentences per image from ``pascal50S.mat`` (``refs``) or ``pascal50S.json`` (``[{image_id, caption}]``)."""
-    if path.suffix == ".json":
-        out: dict[str, list[str]] = defaultdict(list)
-        for name, caption in _read_caption_list(path):
-            out[name].append(caption)
-        return dict(out)
-    mat = _loadmat(path)
-    if "refs" not in mat:
-        raise ValueError(f"{path}: no 'refs' variable (expected pascal50S.mat)")
-    out = {}
-    for entry in mat["refs"].ravel():
-        out[_text(entry["image"])] = [normalize_caption(_text(s)) for s in np.asarray(entry["sent"]).ravel()]
-    return out
+def _pascal_references(
+    i: int, name: str, candidates: tuple[str, str], json_hit: tuple | None, extras: PascalExtras
+) -> list[str]:
+    """Pair ``i``'s references by priority: the 48 consensus ones, the image's sentences other than the two
+    ``candidates``, the JSON file's draw; else none."""
+    if extras.consensus_refs is not None:
+        return extras.consensus_refs[i]
+    if name in extras.image_refs:
+        return [r for r in extras.image_refs[name] if r not in candidates]
+    if json_hit is not None:
+        return json_hit[2]
+    return []
 
 
-def _read_labels_json(path: Path) -> dict[tuple, list[tuple[str, int, list[str]]]]:
-    data = read_json_file(path, "Pascal-50S labels")
-    index: dict[tuple, list] = defaultdict(list)
-    for cat, entries in data.items():
-        for e in entries:
-            a, b = (normalize_caption(c) for c in e["captions"])
-            index[(Path(e["image"]).name, a, b)].append(
-                (cat, int(e["label"]), [normalize_caption(r) for r in e.get("references", [])])
-            )
-    return index
+def _take_json_entry(json_index: dict[tuple, list], used: dict[tuple, int], key: tuple) -> tuple | None:
+    """The next unused JSON entry of the pair ``key`` (a pair listed twice takes the file's entries in order),
+    counted in ``used``; None when there is none left."""
+    if key in json_index and used[key] < len(json_index[key]):
+        used[key] += 1
+        return json_index[key][used[key] - 1]
+    return None
 
 
 def load_pascal50s(
@@ -156,66 +131,31 @@ def load_pascal50s(
     wrote each caption), ``label_source``, ``tie`` (the label came from a tie break).
     """
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    pair_file = find_file(folder, ("pair_pascal.mat",), "Pascal-50S pairs", _WHERE)
-    mat = _loadmat(pair_file)
-    inputs = mat["new_input"].ravel()
-    cats = mat["category"].ravel()
-    results = mat["result"].ravel()
+    mat = read_mat(find_file(folder, ("pair_pascal.mat",), "Pascal-50S pairs", _WHERE))
+    inputs, cats, results = mat["new_input"].ravel(), mat["category"].ravel(), mat["result"].ravel()
     sources = np.asarray(mat.get("new_data", np.zeros((len(inputs), 2))), dtype=np.int64)
     n = len(inputs)
-
-    consensus = optional_file(folder, ("consensus_pascal.mat",))
-    refs_file = optional_file(folder, ("pascal50S.mat", "pascal50S.json"))
-    labels_file = optional_file(folder, ("pascal_50s_consensus_labels.json", "pascal_50s.json"))
-    c_refs = c_votes = None
-    if consensus is not None:
-        c_refs, c_votes = read_consensus_triplets(consensus, n)
-    image_refs = _read_pascal_refs(refs_file) if refs_file is not None else {}
-    json_index = _read_labels_json(labels_file) if labels_file is not None else {}
+    extras = read_extras(folder, n)
     used: dict[tuple, int] = defaultdict(int)
     rng = np.random.default_rng(tie_seed)
-
     rows = []
     for i in range(n):
-        name, a, b = (_text(inputs[i][k]) for k in range(3))
+        name, a, b = (cell_text(inputs[i][k]) for k in range(3))
         a, b = normalize_caption(a), normalize_caption(b)
-        cat = PASCAL_CATEGORIES[int(cats[i])]
         v = np.asarray(results[i][0] if results.dtype.names else results[i]).ravel().astype(int)
         votes11 = [int((v > 0).sum()), int((v < 0).sum())]
-        key = (name, a, b)
-        json_hit = None
-        if key in json_index and used[key] < len(json_index[key]):
-            json_hit = json_index[key][used[key]]
-            used[key] += 1
-        tie = False
-        if c_votes is not None:
-            votes = c_votes[i]
-            label, tie = majority_label(votes[0], votes[1], rng)
-            source = "consensus_pascal.mat (48 judgments)"
-        elif json_hit is not None:
-            votes, label, source = [], json_hit[1], f"{labels_file.name} (48-judgment consensus)"
-        else:
-            votes = votes11
-            label, tie = majority_label(votes[0], votes[1], rng)
-            source = "pair_pascal.mat (11 votes)"
-        if c_refs is not None:
-            refs = c_refs[i]
-        elif name in image_refs:
-            refs = [r for r in image_refs[name] if r not in (a, b)]
-        elif json_hit is not None:
-            refs = json_hit[2]
-        else:
-            refs = []
+        json_hit = _take_json_entry(extras.json_index, used, (name, a, b))
+        votes, label, tie, source = _pascal_label(i, votes11, json_hit, extras, rng)
         rows.append(
             {
                 "item_id": f"pascal50s/{i:04d}",
                 "image_id": image_key(name),
                 "image": image_path(image_root, name),
                 "candidates": [a, b],
-                "references": refs,
+                "references": _pascal_references(i, name, (a, b), json_hit, extras),
                 "votes": votes,
                 "label": label,
-                "category": cat,
+                "category": PASCAL_CATEGORIES[int(cats[i])],
                 "votes_11": votes11,
                 "sources": [int(s) for s in sources[i]] if sources.ndim == 2 and len(sources) == n else [],
                 "label_source": source,
@@ -265,33 +205,6 @@ def load_pascal50s_json(
     return build_dataset(rows, PAIR_FEATURES, None, f"Pascal-50S consensus labels from {file.name}")
 
 
-def _read_caption_list(path: Path) -> list[tuple[str, str]]:
-    data = read_json_file(path, "Abstract-50S captions")
-    return [(e["image_id"], normalize_caption(e["caption"])) for e in data]
-
-
-def _read_votes(path: Path, n: int) -> list[list[int] | int]:
-    """Abstract-50S votes: a JSON list aligned with the candidate pairs, each ``{"votes": [b, c]}``,
-    ``{"label": 0|1}``, ``[b, c]`` or a label; or a ``.mat`` with 48 consensus ``triplets`` per pair."""
-    if path.suffix == ".mat":
-        _, votes = read_consensus_triplets(path, n)
-        return votes
-    data = read_json_file(path, "Abstract-50S votes")
-    if len(data) != n:
-        raise ValueError(f"{path}: {len(data)} vote entries for {n} candidate pairs")
-    out = []
-    for k, e in enumerate(data):
-        if isinstance(e, dict):
-            e = e.get("votes", e.get("label"))
-        if isinstance(e, (list, tuple)) and len(e) == 2:
-            out.append([int(e[0]), int(e[1])])
-        elif e in (0, 1):
-            out.append(int(e))
-        else:
-            raise ValueError(f"{path}: entry {k} is neither [votes B, votes C] nor a label 0/1")
-    return out
-
-
 def load_abstract50s(
     path: str | os.PathLike,
     votes: str | os.PathLike | None = None,
@@ -308,14 +221,14 @@ def load_abstract50s(
     """
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     refs_file = find_file(folder, ("abstract48S.json",), "Abstract-50S references", "vrama91/cider data/")
-    cand_b = _read_caption_list(find_file(folder, ("abstract_candsB.json",), "Abstract-50S candidates B"))
-    cand_c = _read_caption_list(find_file(folder, ("abstract_candsC.json",), "Abstract-50S candidates C"))
+    cand_b = read_caption_list(find_file(folder, ("abstract_candsB.json",), "Abstract-50S candidates B"))
+    cand_c = read_caption_list(find_file(folder, ("abstract_candsC.json",), "Abstract-50S candidates C"))
     if len(cand_b) != len(cand_c):
         raise ValueError(f"{len(cand_b)} B candidates but {len(cand_c)} C candidates")
     refs: dict[str, list[str]] = defaultdict(list)
-    for img, cap in _read_caption_list(refs_file):
+    for img, cap in read_caption_list(refs_file):
         refs[img].append(cap)
-    vote_list = _read_votes(Path(votes), len(cand_b)) if votes is not None else None
+    vote_list = read_abstract_votes(Path(votes), len(cand_b)) if votes is not None else None
     rng = np.random.default_rng(tie_seed)
     rows = []
     for i, ((img_b, b), (img_c, c)) in enumerate(zip(cand_b, cand_c, strict=True)):

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,21 +108,10 @@ def write_report(
     ``stats``: when > 0, add bootstrap intervals (this many resamples), Williams tests and the forward-selection
     analysis under each rating benchmark (:mod:`capeval.bench.analysis`).
     """
-    from capeval import __version__
-
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     cited: set[str] = set()
-    lines = [
-        f"# {title}",
-        "",
-        f"capeval {__version__}, {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
-        + "".join(f" {k}: `{v}`." for k, v in (context or {}).items()),
-        "",
-        "Cells read **ours (published, ours − published)**, all × 100; a metric without a published number shows "
-        "ours alone. Published numbers come from `capeval/bench/published.json` (sources at the end).",
-        "",
-    ]
+    lines = _report_header(title, context)
     results = []
     for run in runs:
         bench = run.benchmark
@@ -131,75 +121,113 @@ def write_report(
             results.append({"benchmark": bench.name, "skipped": run.skipped})
             continue
         lines += [f"Layout of {bench.table}. {len(run.dataset)} items.", ""]
-        table = markdown_table(run, digits)
-        extra = _published_only_rows(run, digits)
-        lines += [table, *extra, ""]
-        for note in bench.notes:
-            lines.append(f"- {note}")
-        for note in other_setting_notes(run):
-            lines.append(f"- {note}")
-        for key, o in run.outcomes.items():
-            if o.skipped:
-                lines.append(f"- **{o.name} skipped**: {o.skipped}")
-            for note in o.notes:
-                lines.append(f"- {o.name}: {note}")
-            for col, _ in bench.columns:
-                p = published_value(bench.name, key, col, o.signature)
-                if p is not None:
-                    cited.add(p.source)
+        lines += [markdown_table(run, digits), *_published_only_rows(run, digits), ""]
+        lines += [*_notes(run), ""]
+        # Every value a cell or a note quotes is among the benchmark's own.
         cited.update(p.source for p in published_values(bench.name))
-        lines.append("")
-        analysis = None
-        if stats:
-            from capeval.bench.analysis import analysis_markdown, rating_analysis
-
-            analysis = rating_analysis(run, n_resamples=stats)
-            if analysis is not None:
-                lines += analysis_markdown(analysis, stats)
-        if plots:
-            intervals = analysis.intervals if analysis is not None else None
-            png = plot_run(run, out / "plots" / f"{bench.name}.png", intervals=intervals)
-            if png is not None:
-                lines += [f"![{bench.title}](plots/{png.name})", ""]
-        sigs = [
-            f"  - {o.name}: `{o.signature}` ({o.computed} computed, {o.cached} from cache, {o.seconds:.1f} s)"
-            for o in run.outcomes.values()
-            if o.signature and not o.skipped
-        ]
-        if sigs:
-            lines += ["<details><summary>Signatures</summary>", "", *sigs, "", "</details>", ""]
-        results.append(
-            {
-                "benchmark": bench.name,
-                "items": len(run.dataset),
-                "metrics": {
-                    k: {
-                        "name": o.name,
-                        "values": o.values,
-                        "published": {
-                            c: p.value
-                            for c, _ in bench.columns
-                            if (p := published_value(bench.name, k, c, o.signature)) is not None
-                        },
-                        "published_other_settings": [
-                            {"column": p.column, "value": p.value, "setting": p.setting, "source": p.source}
-                            for p in published_values(bench.name, k)
-                            if p.setting and not p.matches(o.signature)
-                        ],
-                        "signature": o.signature,
-                        "skipped": o.skipped,
-                        "notes": o.notes,
-                    }
-                    for k, o in run.outcomes.items()
-                },
-            }
-        )
-    if cited:
-        src = sources()
-        lines += ["## Sources of the published values", ""]
-        lines += [f"- `{k}`: {src[k]}" for k in sorted(cited)]
-        lines.append("")
+        lines += _figures(run, out / "plots", plots, stats)
+        lines += _signatures_block(run)
+        results.append(_run_results(run))
+    lines += _sources_section(cited)
     report = out / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     return report
+
+
+def _report_header(title: str, context: dict | None) -> list[str]:
+    """The report's first lines: its title, capeval's version and the time, ``context`` as ``key: `value`.``
+    pairs, and how to read a cell."""
+    from capeval import __version__
+
+    return [
+        f"# {title}",
+        "",
+        f"capeval {__version__}, {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
+        + "".join(f" {k}: `{v}`." for k, v in (context or {}).items()),
+        "",
+        "Cells read **ours (published, ours − published)**, all × 100; a metric without a published number shows "
+        "ours alone. Published numbers come from `capeval/bench/published.json` (sources at the end).",
+        "",
+    ]
+
+
+def _notes(run: BenchmarkRun) -> list[str]:
+    """The bullet list under a benchmark's table: its protocol notes, the papers' numbers in other settings,
+    then per metric whether it was skipped (and why) and its own notes."""
+    lines = [f"- {note}" for note in run.benchmark.notes]
+    lines += [f"- {note}" for note in other_setting_notes(run)]
+    for o in run.outcomes.values():
+        if o.skipped:
+            lines.append(f"- **{o.name} skipped**: {o.skipped}")
+        lines += [f"- {o.name}: {note}" for note in o.notes]
+    return lines
+
+
+def _figures(run: BenchmarkRun, plots_dir: Path, plots: bool, stats: int) -> list[str]:
+    """The statistics (``stats`` resamples; none when 0) and the figure (drawn into ``plots_dir``, linked as
+    ``plots/<name>.png``) under a benchmark's table; the figure shows the statistics' intervals."""
+    lines: list[str] = []
+    analysis = None
+    if stats:
+        from capeval.bench.analysis import analysis_markdown, rating_analysis
+
+        analysis = rating_analysis(run, n_resamples=stats)
+        if analysis is not None:
+            lines += analysis_markdown(analysis, stats)
+    if plots:
+        intervals = analysis.intervals if analysis is not None else None
+        png = plot_run(run, plots_dir / f"{run.benchmark.name}.png", intervals=intervals)
+        if png is not None:
+            lines += [f"![{run.benchmark.title}](plots/{png.name})", ""]
+    return lines
+
+
+def _signatures_block(run: BenchmarkRun) -> list[str]:
+    """A folded list of the signature, item counts and time of every metric that ran (none: no lines)."""
+    sigs = [
+        f"  - {o.name}: `{o.signature}` ({o.computed} computed, {o.cached} from cache, {o.seconds:.1f} s)"
+        for o in run.outcomes.values()
+        if o.signature and not o.skipped
+    ]
+    if not sigs:
+        return []
+    return ["<details><summary>Signatures</summary>", "", *sigs, "", "</details>", ""]
+
+
+def _run_results(run: BenchmarkRun) -> dict[str, Any]:
+    """A benchmark's entry in ``results.json``: item count, and per metric its values, the published values
+    that match its signature (by column), those of other settings, its signature, skip reason and notes."""
+    bench = run.benchmark
+    return {
+        "benchmark": bench.name,
+        "items": len(run.dataset),
+        "metrics": {
+            k: {
+                "name": o.name,
+                "values": o.values,
+                "published": {
+                    c: p.value
+                    for c, _ in bench.columns
+                    if (p := published_value(bench.name, k, c, o.signature)) is not None
+                },
+                "published_other_settings": [
+                    {"column": p.column, "value": p.value, "setting": p.setting, "source": p.source}
+                    for p in published_values(bench.name, k)
+                    if p.setting and not p.matches(o.signature)
+                ],
+                "signature": o.signature,
+                "skipped": o.skipped,
+                "notes": o.notes,
+            }
+            for k, o in run.outcomes.items()
+        },
+    }
+
+
+def _sources_section(cited: set[str]) -> list[str]:
+    """The closing section: each cited source key with its reference, sorted (none cited: no section)."""
+    if not cited:
+        return []
+    src = sources()
+    return ["## Sources of the published values", "", *(f"- `{k}`: {src[k]}" for k in sorted(cited)), ""]

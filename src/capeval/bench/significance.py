@@ -31,11 +31,13 @@ equal in exact arithmetic; a system compared with itself gets ``p = 1``. The two
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from capeval.bench.comparison import Comparison
 
 METHODS = ("permutation", "bootstrap")
 CORRECTIONS = ("none", "holm")
@@ -51,67 +53,6 @@ _BATCH_ELEMENTS = 2**22
 _RELATIVE_TOLERANCE = 100 * np.finfo(np.float64).eps
 
 Scores = Sequence[float] | np.ndarray | Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Paired comparison of system ``a`` with system ``b`` on the same ``n`` items.
-
-    Attributes:
-        metric: the metric's name (from a result dict's signature, or given), or None.
-        name_a, name_b: the systems' names.
-        mean_a, mean_b: corpus scores (means of the per-item scores).
-        delta: ``mean_a - mean_b``.
-        ci_low, ci_high: percentile bootstrap interval of ``delta`` at ``confidence``.
-        confidence: the interval's level, e.g. 0.95.
-        p_value: two-sided p-value of H0 "the systems score the same".
-        method: ``"permutation"`` or ``"bootstrap"``.
-        n_resamples: permutations (when not exact) and bootstrap resamples drawn.
-        exact: True when the permutation test enumerated all ``2^n`` assignments (p-value exact).
-        n: number of paired items.
-        seed: the random seed (None: fresh entropy, not reproducible).
-        p_adjusted: Holm-adjusted p-value when several systems were compared with ``correction="holm"``.
-    """
-
-    metric: str | None
-    name_a: str
-    name_b: str
-    mean_a: float
-    mean_b: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    p_value: float
-    method: str
-    n_resamples: int
-    exact: bool
-    n: int
-    seed: int | None
-    p_adjusted: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of every field."""
-        return asdict(self)
-
-    def __str__(self) -> str:
-        head = f"{self.metric}: " if self.metric else ""
-        level = f"{100 * self.confidence:g}%"
-        if self.method == "permutation" and self.exact:
-            how = f"exact paired permutation over all {2**self.n} assignments, n = {self.n}"
-        else:
-            how = f"paired {self.method}, {self.n_resamples} resamples, n = {self.n}"
-        p = f"p = {_format_p(self.p_value)}"
-        if self.p_adjusted is not None:
-            p += f", Holm-adjusted p = {_format_p(self.p_adjusted)}"
-        return (
-            f"{head}{self.name_a} {self.mean_a:.4f} vs {self.name_b} {self.mean_b:.4f}, "
-            f"delta {self.delta:+.4f} [{level} CI {self.ci_low:+.4f}, {self.ci_high:+.4f}], {p} ({how})"
-        )
-
-
-def _format_p(p: float) -> str:
-    return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
 
 
 def _metric_of(scores: Scores) -> str | None:
@@ -250,6 +191,65 @@ def _bootstrap_p(resampled_deltas: np.ndarray, delta: float) -> float:
     return (count + 1) / (resampled_deltas.size + 1)
 
 
+def _paired_scores(
+    scores_a: Scores, scores_b: Scores, names: tuple[str, str]
+) -> tuple[np.ndarray, np.ndarray, str, str]:
+    """Both systems' per-item scores as (n,) float64 arrays that pair up, with the systems' names as strings.
+
+    Raises:
+        ValueError: ``names`` is not two names, the lengths differ, there are fewer than 2 items, or a score
+            is not finite (named by system and index).
+        TypeError: a score that is not a number.
+    """
+    if isinstance(names, str) or len(names) != 2:
+        raise ValueError(f"names must be two names (system a, system b), got {names!r}")
+    name_a, name_b = (str(x) for x in names)
+    a = _as_scores(scores_a, name_a)
+    b = _as_scores(scores_b, name_b)
+    if a.size != b.size:
+        raise ValueError(
+            f"got {a.size} scores for {name_a!r} and {b.size} for {name_b!r}: a paired test needs the same "
+            "items in the same order"
+        )
+    if a.size < 2:
+        raise ValueError(f"a paired test needs at least 2 items, got {a.size}")
+    return a, b, name_a, name_b
+
+
+def _agreed_metric(scores_a: Scores, scores_b: Scores, metric: str | None) -> str | None:
+    """The metric's name for the summary: ``metric`` when given, else the one a result dict's signature names.
+
+    Raises:
+        ValueError: both are result dicts whose signatures differ (another metric, or other options).
+    """
+    sig_a = scores_a.get("signature") if isinstance(scores_a, Mapping) else None
+    sig_b = scores_b.get("signature") if isinstance(scores_b, Mapping) else None
+    if sig_a and sig_b and sig_a != sig_b:
+        raise ValueError(
+            f"the two results were computed differently ({sig_a!r} vs {sig_b!r}); compare scores of one metric "
+            "with the same options, or pass the score lists themselves to compare them anyway"
+        )
+    return metric or _metric_of(scores_a) or _metric_of(scores_b)
+
+
+def _p_value(
+    d: np.ndarray, method: str, n_resamples: int, resampled_means: np.ndarray, seed: int | None
+) -> tuple[float, bool]:
+    """Two-sided p-value of ``mean(d) != 0`` by ``method``, and whether it is exact.
+
+    Args:
+        d: (n,) paired differences ``a - b``.
+        method: ``"permutation"`` (sign flips drawn from a child stream of ``seed``) or ``"bootstrap"``.
+        n_resamples: random sign assignments when the permutation test is not exact.
+        resampled_means: (n_resamples,) bootstrap means of ``d``, which the bootstrap p-value reads.
+        seed: the comparison's seed.
+    """
+    if method == "permutation":
+        permutation_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        return _permutation_p(d, n_resamples, permutation_rng)
+    return _bootstrap_p(resampled_means, float(d.mean())), False
+
+
 def compare(
     scores_a: Scores,
     scores_b: Scores,
@@ -284,39 +284,15 @@ def compare(
         TypeError: a score that is not a number.
     """
     _check_options(method, n_resamples, confidence)
-    if isinstance(names, str) or len(names) != 2:
-        raise ValueError(f"names must be two names (system a, system b), got {names!r}")
-    name_a, name_b = (str(x) for x in names)
-    a = _as_scores(scores_a, name_a)
-    b = _as_scores(scores_b, name_b)
-    if a.size != b.size:
-        raise ValueError(
-            f"got {a.size} scores for {name_a!r} and {b.size} for {name_b!r}: a paired test needs the same "
-            "items in the same order"
-        )
-    if a.size < 2:
-        raise ValueError(f"a paired test needs at least 2 items, got {a.size}")
-    sig_a = scores_a.get("signature") if isinstance(scores_a, Mapping) else None
-    sig_b = scores_b.get("signature") if isinstance(scores_b, Mapping) else None
-    if sig_a and sig_b and sig_a != sig_b:
-        raise ValueError(
-            f"the two results were computed differently ({sig_a!r} vs {sig_b!r}); compare scores of one metric "
-            "with the same options, or pass the score lists themselves to compare them anyway"
-        )
-    metric = metric or _metric_of(scores_a) or _metric_of(scores_b)
+    a, b, name_a, name_b = _paired_scores(scores_a, scores_b, names)
+    metric = _agreed_metric(scores_a, scores_b, metric)
     check_magnitudes(a, b, (name_a, name_b), metric=metric)
 
     d = a - b
-    delta = float(d.mean())
     # The interval's draws come from the seed itself and the permutations' from a child stream, so the interval
     # is the same whichever test is asked for.
     boot = _bootstrap(d, n_resamples, confidence, np.random.default_rng(seed))
-    if method == "permutation":
-        permutation_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-        p_value, exact = _permutation_p(d, n_resamples, permutation_rng)
-    else:
-        exact = False
-        p_value = _bootstrap_p(boot.bootstrap_distribution, delta)
+    p_value, exact = _p_value(d, method, n_resamples, boot.bootstrap_distribution, seed)
     low, high = boot.confidence_interval
     return Comparison(
         metric=metric,
@@ -324,7 +300,7 @@ def compare(
         name_b=name_b,
         mean_a=float(a.mean()),
         mean_b=float(b.mean()),
-        delta=delta,
+        delta=float(d.mean()),
         ci_low=float(low),
         ci_high=float(high),
         confidence=float(confidence),

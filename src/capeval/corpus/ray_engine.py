@@ -27,6 +27,7 @@ import inspect
 import json
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,57 +186,108 @@ def run_on_ray(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if worker_gpus is None:
-        worker_gpus = 1.0 if gpus and options.get("device") != "cpu" else 0.0
-    if worker_cpus is None:
-        worker_cpus = 1.0 if worker_gpus else CPU_ACTOR_CPUS
-    if num_workers is None:
-        num_workers = max(1, int(gpus // worker_gpus)) if worker_gpus else 1
-    actor_options = dict(options)
-    if worker_gpus:
-        # Ray shows each actor only the GPU it was given, as cuda:0, whatever index the user named.
-        actor_options["device"] = "cuda"
-    items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
-    ds = ray.data.from_items(items, override_num_blocks=len(items))
-    with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        ds = ds.map_batches(
-            read_and_prepare,
-            fn_kwargs={
-                "caption_column": caption_column,
-                "image_column": image_column,
-                "batch_size": batch_size,
-                "image_size": image_size,
-            },
-            batch_size=1,
-            num_cpus=1,
-            **_retry_limits(ds, max_retries=READ_TASK_RETRIES),
-        )
-        ds = ds.map_batches(
-            actor_class,
-            fn_constructor_kwargs={
-                "metrics": list(metrics),
-                "options": actor_options,
-                "embeddings": embeddings,
-            },
-            batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
-            compute=ray.data.ActorPoolStrategy(size=num_workers),
-            num_gpus=worker_gpus or None,
-            num_cpus=worker_cpus,
-            **_retry_limits(ds, max_restarts=ACTOR_RESTARTS, max_task_retries=BATCH_RETRIES),
-        )
+    pool = _actor_pool(
+        ray.cluster_resources().get("GPU", 0), options, size=num_workers, gpus=worker_gpus, cpus=worker_cpus
+    )
+    reads = {
+        "caption_column": caption_column,
+        "image_column": image_column,
+        "batch_size": batch_size,
+        "image_size": image_size,
+    }
+    ds = _read_stage(ray, shards, reads)
+    ds = _score_stage(ray, ds, actor_class, {"metrics": list(metrics), "embeddings": embeddings}, pool)
     try:
         return _collect(ds, output, score_columns, embeddings, records)
     except ray.exceptions.RayActorError as err:
         if not getattr(err, "actor_init_failed", False):
             raise
-        # Ray's message is the worker's whole traceback; its last line is the error that stopped the load.
-        why = next((line for line in reversed(str(err).splitlines()) if line.strip()), str(err)).strip()
-        raise RuntimeError(
-            f"a Ray actor could not load the models of {list(metrics)} (model={options.get('model')!r}, "
-            f"device={actor_options.get('device')!r}): {why}; the run stopped (shards already written are kept)"
-        ) from err
+        raise _load_failure(err, list(metrics), options.get("model"), pool.options.get("device")) from err
+
+
+@dataclass(frozen=True)
+class _ActorPool:
+    """The scoring actors: how many, each one's resources, and the metric options they load the models with.
+
+    Attributes:
+        size: actors in the pool.
+        gpus: GPUs per actor (0: none).
+        cpus: CPUs per actor.
+        options: the metric options; ``device`` is ``"cuda"`` when the actors hold a GPU (Ray shows each actor
+            only the GPU it was given, as ``cuda:0``, whatever index the user named).
+    """
+
+    size: int
+    gpus: float
+    cpus: float
+    options: dict[str, Any]
+
+
+def _actor_pool(
+    cluster_gpus: float,
+    options: dict[str, Any],
+    *,
+    size: int | None = None,
+    gpus: float | None = None,
+    cpus: float | None = None,
+) -> _ActorPool:
+    """The actor pool for a cluster with ``cluster_gpus`` GPUs; ``None`` picks the default of each setting.
+
+    Defaults: one GPU per actor when the cluster has GPUs and ``options`` do not ask for the CPU, else none; one
+    CPU per GPU actor, ``CPU_ACTOR_CPUS`` per CPU actor (so the read tasks keep CPUs); one actor per GPU, else one.
+    """
+    if gpus is None:
+        gpus = 1.0 if cluster_gpus and options.get("device") != "cpu" else 0.0
+    if cpus is None:
+        cpus = 1.0 if gpus else CPU_ACTOR_CPUS
+    if size is None:
+        size = max(1, int(cluster_gpus // gpus)) if gpus else 1
+    actor_options = {**options, "device": "cuda"} if gpus else dict(options)
+    return _ActorPool(size=size, gpus=gpus, cpus=cpus, options=actor_options)
+
+
+def _read_stage(ray, shards: list[Shard], reads: dict[str, Any]):
+    """The dataset of the shards' prepared rows: one read task per shard (``read_and_prepare`` with ``reads``,
+    its keyword arguments), re-run ``READ_TASK_RETRIES`` times when its worker dies."""
+    items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(
+            read_and_prepare,
+            fn_kwargs=reads,
+            batch_size=1,
+            num_cpus=1,
+            **_retry_limits(ds, max_retries=READ_TASK_RETRIES),
+        )
+
+
+def _score_stage(ray, ds, actor_class: type, constructor: dict[str, Any], pool: _ActorPool):
+    """``ds`` scored by a pool of ``actor_class`` actors, each built with ``constructor`` (``metrics``,
+    ``embeddings``) and the pool's options; a dead actor is restarted and its batch resubmitted
+    ``BATCH_RETRIES`` times."""
+    with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(
+            actor_class,
+            fn_constructor_kwargs={**constructor, "options": pool.options},
+            batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
+            compute=ray.data.ActorPoolStrategy(size=pool.size),
+            num_gpus=pool.gpus or None,
+            num_cpus=pool.cpus,
+            **_retry_limits(ds, max_restarts=ACTOR_RESTARTS, max_task_retries=BATCH_RETRIES),
+        )
+
+
+def _load_failure(err: Exception, metrics: list[str], model: str | None, device: str | None) -> RuntimeError:
+    """The error that ends a run whose actors could not load the models: Ray's message is the worker's whole
+    traceback, so only its last line (the error that stopped the load) is kept, with the metrics, model and
+    device."""
+    why = next((line for line in reversed(str(err).splitlines()) if line.strip()), str(err)).strip()
+    return RuntimeError(
+        f"a Ray actor could not load the models of {metrics} (model={model!r}, "
+        f"device={device!r}): {why}; the run stopped (shards already written are kept)"
+    )
 
 
 def _retry_limits(ds, **limits: int) -> dict[str, int]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,51 +120,88 @@ def score_shards(
     Returns:
         ShardRunResult: the folders and the summary.
     """
+    given = dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w, checkpoint=checkpoint)
+    names, options = _checked_settings(engine, metrics, batch_size, given)
+    shards = list_shards(source)
+    columns = choose_columns(shards, caption_column, image_column)
+    output = Path(output_dir)
+    scorer = RowScorer(names, _driver_options(options, engine), embeddings=save_embeddings)
+    plan = _Plan(
+        source=source, engine=engine, columns=columns, batch_size=batch_size, embeddings=save_embeddings,
+        key_metric=_threshold_column(scorer, threshold_key),
+        cut={"threshold": threshold, "top_fraction": top_fraction},
+        ray={"ray_address": ray_address, "num_workers": num_workers, "worker_gpus": worker_gpus,
+             "worker_cpus": worker_cpus, "options": options},
+    )  # fmt: skip
+    with _claimed_output(output, plan.manifest(scorer)):
+        return _score_pending(plan, shards, output, scorer)
+
+
+def _checked_settings(
+    engine: str, metrics: Sequence[str], batch_size: int, given: dict[str, Any]
+) -> tuple[list[str], dict[str, Any]]:
+    """Refuse an unknown engine, bad metrics, a batch size below 1 or PAC-S without weights; return the metric
+    names and the metric options.
+
+    Args:
+        engine: ``"local"`` or ``"ray"``.
+        metrics: the per-row metrics asked for.
+        batch_size: rows per forward pass.
+        given: ``model``, ``device``, ``dtype``, ``prefix``, ``w``, ``checkpoint`` as the caller gave them.
+
+    Returns:
+        ``(names, options)``: the checked metric names; ``model``, ``device`` and ``dtype`` always, ``prefix``,
+        ``w`` and ``checkpoint`` only when given, and capeval's default model when none is given (PAC-S has none).
+    """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     names = check_row_metrics(metrics)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    options = {"model": model, "device": device, "dtype": dtype}
-    for name, value in (("prefix", prefix), ("w", w), ("checkpoint", checkpoint)):
-        if value is not None:
-            options[name] = value
-    if "pacscore" in names and checkpoint is None:
+    options = {k: given[k] for k in ("model", "device", "dtype")}
+    options.update({k: given[k] for k in ("prefix", "w", "checkpoint") if given[k] is not None})
+    if "pacscore" in names and given["checkpoint"] is None:
         raise ValueError("pacscore needs its weights: give checkpoint=...")
-    if model is None and "pacscore" not in names:
+    if given["model"] is None and "pacscore" not in names:
         from capeval.clip.backbones import DEFAULT_MODEL
 
         options["model"] = DEFAULT_MODEL
-    shards = list_shards(source)
-    columns = choose_columns(shards, caption_column, image_column)
-    output = Path(output_dir)
-    # Built here first, on the driver: a model that cannot be loaded fails the run now, not on the workers.
-    # With Ray, the driver (often a head node without a GPU) loads it on its CPU: the actors take `device`.
-    driver_options = {**options, "device": "cpu"} if engine == "ray" else options
-    scorer = RowScorer(names, driver_options, embeddings=save_embeddings)
-    key = threshold_key or names[0]
+    return names, options
+
+
+def _driver_options(options: dict[str, Any], engine: str) -> dict[str, Any]:
+    """The options the driver builds the run's metrics with, before any work, so that a model that cannot be
+    loaded fails the run now, not on the workers: with Ray the driver (often a head node without a GPU) loads
+    them on its CPU and the actors take the ``device`` asked for; the local engine loads them where asked."""
+    return {**options, "device": "cpu"} if engine == "ray" else options
+
+
+def _threshold_column(scorer: RowScorer, threshold_key: str | None) -> str:
+    """The score column a threshold or top fraction applies to: ``threshold_key``, else the first metric's.
+
+    Raises:
+        ValueError: the scorer writes no such column.
+    """
+    key = threshold_key or scorer.metrics[0]
     if key not in scorer.columns():
         raise ValueError(f"threshold_key {key!r} is not a score column of this run: {scorer.columns()}")
-    manifest = {
-        "format": FORMAT,
-        "metrics": names,
-        "signatures": scorer.signatures,
-        "source": source_description(source),
-        "columns": columns,
-        "embeddings": save_embeddings,
-    }
+    return key
+
+
+@contextmanager
+def _claimed_output(output: Path, manifest: dict[str, Any]) -> Iterator[Path]:
+    """Hold ``output`` for this run: created if new, refused if it holds files of no run, locked against other
+    runs, its ``run.json`` written or checked against ``manifest``, a killed run's temporaries removed.
+
+    Yields:
+        ``output``, locked until the ``with`` block ends.
+    """
     output.mkdir(parents=True, exist_ok=True)
     claim_output_folder(output)
-    plan = _Plan(
-        source=source, engine=engine, columns=columns, batch_size=batch_size, embeddings=save_embeddings,
-        key_metric=key, cut={"threshold": threshold, "top_fraction": top_fraction},
-        ray={"ray_address": ray_address, "num_workers": num_workers, "worker_gpus": worker_gpus,
-             "worker_cpus": worker_cpus, "options": options},
-    )  # fmt: skip
     with OutputLock(output):
         check_manifest(output, manifest)
         remove_stale_temporaries(output)
-        return _score_pending(plan, shards, output, scorer)
+        yield output
 
 
 @dataclass(frozen=True)
@@ -178,6 +216,18 @@ class _Plan:
     key_metric: str
     cut: dict  # threshold, top_fraction
     ray: dict  # run_on_ray's cluster settings and the metric options
+
+    def manifest(self, scorer: RowScorer) -> dict[str, Any]:
+        """The run's ``run.json``: what a resumed run must share (format, metrics and their signatures, the
+        source, the columns read, whether embeddings are written)."""
+        return {
+            "format": FORMAT,
+            "metrics": scorer.metrics,
+            "signatures": scorer.signatures,
+            "source": source_description(self.source),
+            "columns": self.columns,
+            "embeddings": self.embeddings,
+        }
 
 
 def _score_pending(plan: _Plan, shards: list[Shard], output: Path, scorer: RowScorer) -> ShardRunResult:

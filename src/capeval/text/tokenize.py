@@ -111,6 +111,11 @@ def ptb_tokenize(text: str) -> list[str]:
 
 
 def _lex(text: str, tokens: list[str]) -> None:
+    """Append the PTB tokens of ``text`` (one whitespace-free chunk, as a rule) to ``tokens``, left to right.
+
+    One pass: at each position the whole-token patterns are tried first (acronyms, escaped brackets, clitics,
+    times, ...), then emoticons, numbers against words (the longer wins), then single marks.
+    """
     pos, n = 0, len(text)
     while pos < n:
         m = _SPACE.match(text, pos)
@@ -143,56 +148,66 @@ def _lex(text: str, tokens: list[str]) -> None:
         if number and (m is None or number.end() > m.end()):
             tokens.append(number.group())
             pos = number.end()
-            continue
-        if m:
-            word, end = m.group(), m.end()
-            if (inner := _ROCK_N_ROLL.search(word)) and inner.start() > 0:
-                # "fish'n'chips" -> "fish 'n' chips": the next round lexes "'n'" on its own.
-                word, end = word[: inner.start()], pos + inner.start()
-            if text[end : end + 1] == "." and (
-                word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
-            ):
-                tokens.append(word + ".")
-                pos = end + 1
-                continue
-            if (cut := _SPLIT_WORDS.get(word.lower())) is not None:
-                tokens.extend((word[:cut], word[cut:]))
-            elif c := _CLITIC.match(word):
-                tokens.extend(c.groups())
-            elif (inner := _INNER_APOSTROPHE.match(word)) and not _APOSTROPHE_WORD.fullmatch(word):
-                # An apostrophe inside an unknown word splits it: "se'keo" -> "se ` keo", "int'l" -> "int ' l".
-                left, right = inner.groups()
-                tokens.extend((left, "`" if len(right) > 1 else "'"))
-                pos += len(left) + 1
-                continue
-            else:
-                tokens.append(word)
-            pos = end
-            continue
-        ch = text[pos]
-        if text.startswith("...", pos):
-            tokens.append("...")
-            pos += 3
-        elif text.startswith("--", pos):
-            end = pos
-            while end < n and text[end] == "-":
-                end += 1
-            tokens.append("--")  # "---" too
-            pos = end
-        elif ch == '"':
-            tokens.append("``" if _is_opening(text, pos, pos + 1) else "''")
-            pos += 1
-        elif ch == "'":
-            # An opening quote only before a letter: "'4'" -> "' 4 '".
-            opening = _is_opening(text, pos, pos + 1) and text[pos + 1].isalpha()
-            tokens.append("`" if opening else "'")
-            pos += 1
-        elif ch in _BRACKETS:
-            tokens.append(_BRACKETS[ch])
-            pos += 1
+        elif m:
+            pos = _lex_word(text, pos, m, tokens)
         else:
-            tokens.append(ch)
-            pos += 1
+            pos = _lex_mark(text, pos, tokens)
+
+
+def _lex_word(text: str, pos: int, match: re.Match, tokens: list[str]) -> int:
+    """Append the tokens of the word ``match`` found at ``pos``; return where lexing goes on.
+
+    A word can stop short of its match: before an inner ``'n'`` ("fish'n'chips"), or after an apostrophe that
+    splits an unknown word ("se'keo" -> "se", "`", then "keo" next round). An abbreviation or a capital
+    initial takes its following period ("Mr.", "J."); "cannot" and friends split in two; clitics split off.
+    """
+    word, end = match.group(), match.end()
+    if (inner := _ROCK_N_ROLL.search(word)) and inner.start() > 0:
+        # "fish'n'chips" -> "fish 'n' chips": the next round lexes "'n'" on its own.
+        word, end = word[: inner.start()], pos + inner.start()
+    if text[end : end + 1] == "." and (word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())):
+        tokens.append(word + ".")
+        return end + 1
+    if (cut := _SPLIT_WORDS.get(word.lower())) is not None:
+        tokens.extend((word[:cut], word[cut:]))
+    elif c := _CLITIC.match(word):
+        tokens.extend(c.groups())
+    elif (inner := _INNER_APOSTROPHE.match(word)) and not _APOSTROPHE_WORD.fullmatch(word):
+        # An apostrophe inside an unknown word splits it: "se'keo" -> "se ` keo", "int'l" -> "int ' l".
+        left, right = inner.groups()
+        tokens.extend((left, "`" if len(right) > 1 else "'"))
+        return pos + len(left) + 1
+    else:
+        tokens.append(word)
+    return end
+
+
+def _lex_mark(text: str, pos: int, tokens: list[str]) -> int:
+    """Append the token of the punctuation mark (or other symbol) at ``pos``; return the position after it.
+
+    "..." and a run of two or more hyphens are one token each (the run as "--"); a double quote is an opening
+    "``" or a closing "''" by its neighbours, a single quote an opening "`" only before a letter (else "'");
+    brackets are escaped ("(" -> "-lrb-"); anything else is a token of one character.
+    """
+    ch = text[pos]
+    if text.startswith("...", pos):
+        tokens.append("...")
+        return pos + 3
+    if text.startswith("--", pos):
+        end = pos
+        while end < len(text) and text[end] == "-":
+            end += 1
+        tokens.append("--")  # "---" too
+        return end
+    if ch == '"':
+        tokens.append("``" if _is_opening(text, pos, pos + 1) else "''")
+    elif ch == "'":
+        # An opening quote only before a letter: "'4'" -> "' 4 '".
+        opening = _is_opening(text, pos, pos + 1) and text[pos + 1].isalpha()
+        tokens.append("`" if opening else "'")
+    else:
+        tokens.append(_BRACKETS.get(ch, ch))
+    return pos + 1
 
 
 def coco_tokens(text: str, tokenizer: Callable[[str], list[str]] = ptb_tokenize) -> list[str]:

@@ -196,98 +196,190 @@ def _best_reference_wmd(
 ) -> WMDResult:
     """``best_reference_wmd`` of one slice; ``initial`` holds distances already found for its candidates
     (``best_reference`` is -1 where the slice found none smaller)."""
-    n_cand = len(candidate_doc)
-    sizes = docs.sizes
-    pair_keys = candidate_doc[owner] * max(len(docs), 1) + reference_doc
-    upairs, pair_of_ref = np.unique(pair_keys, return_inverse=True)
-    pair_of_ref = pair_of_ref.reshape(-1)
-    pc, pr = upairs // max(len(docs), 1), upairs % max(len(docs), 1)
-    valid = (sizes[pc] > 0) & (sizes[pr] > 0)
-    lower = np.full(len(upairs), np.inf)
-    exact = np.full(len(upairs), np.nan)
-    exact[~valid] = np.inf
-    vidx = np.flatnonzero(valid)
-    cost = off = m = n = None
-    closed = 0
-    if len(vidx):
-        cost, off, m, n, lb, lb_rows, lb_cols = _pair_costs(docs, pc[vidx], pr[vidx])
-        lower[vidx] = lb
-        # One side with a single word: its mass is forced to (from) every word of the other side.
-        single = (m == 1) | (n == 1)
-        exact[vidx[single]] = np.where(m[single] == 1, lb_cols[single], lb_rows[single])
-        same = pc[vidx] == pr[vidx]
-        exact[vidx[same]] = 0.0
-        closed = int((single | same).sum())
-    slot = np.full(len(upairs), -1, dtype=np.int64)
-    slot[vidx] = np.arange(len(vidx))
-
-    def tasks_for(pairs: np.ndarray):
-        out = []
-        for p in pairs:
-            s = slot[p]
-            a = docs.weights[docs.ptr[pc[p]] : docs.ptr[pc[p] + 1]]
-            b = docs.weights[docs.ptr[pr[p]] : docs.ptr[pr[p] + 1]]
-            out.append((a, b, cost[off[s] : off[s + 1]].reshape(m[s], n[s])))
-        return out
-
-    executor = None
-    solved = 0
-    try:
-
-        def solve(pairs: np.ndarray) -> None:
-            nonlocal executor, solved
-            if not len(pairs):
-                return
-            tasks = tasks_for(pairs)
-            workers = _workers(num_workers, sum(t[2].size for t in tasks))
-            if workers > 1 and len(tasks) >= 4 * workers:
-                if executor is None:
-                    executor = _executor(workers)
-                chunks = np.array_split(np.arange(len(tasks)), workers * 4)
-                futures = [executor.submit(_solve_tasks, [tasks[i] for i in c]) for c in chunks]
-                values = [v for f in futures for v in f.result()]
-            else:
-                values = _solve_tasks(tasks)
-            exact[pairs] = values
-            solved += len(pairs)
-
-        # References of each candidate in increasing lower bound; one round visits the next of each.
-        keys = np.lexsort((np.arange(len(owner)), lower[pair_of_ref], owner))
-        ref_sorted = keys
-        starts = np.searchsorted(owner[keys], np.arange(n_cand), side="left")
-        ends = np.searchsorted(owner[keys], np.arange(n_cand), side="right")
-        best = np.full(n_cand, np.inf) if initial is None else np.array(initial, dtype=np.float64)
-        best_ref = np.full(n_cand, -1, dtype=np.int64)
-        pos = starts.copy()
-        active = np.flatnonzero(pos < ends)
-        if not prune:
-            todo = np.unique(pair_of_ref)
-            solve(todo[np.isnan(exact[todo])])
-        while len(active):
-            refs = ref_sorted[pos[active]]
-            pairs = pair_of_ref[refs]
-            if prune:
-                keep = lower[pairs] < best[active]
-                active, refs, pairs = active[keep], refs[keep], pairs[keep]
-            todo = np.unique(pairs[np.isnan(exact[pairs])])
-            solve(todo)
-            d = exact[pairs]
-            better = d < best[active]
-            best[active[better]] = d[better]
-            best_ref[active[better]] = refs[better] - np.searchsorted(owner, owner[refs[better]], side="left")
-            pos[active] += 1
-            active = active[pos[active] < ends[active]]
-    finally:
-        if executor is not None:
-            executor.shutdown()
+    pc, pr, pair_of_ref = _distinct_pairs(len(docs), candidate_doc[owner], reference_doc)
+    table = _pair_table(docs, pc, pr)
+    best = np.full(len(candidate_doc), np.inf) if initial is None else np.array(initial, dtype=np.float64)
+    with _ExactSolver(docs, table, num_workers) as solver:
+        best_ref = _closest_references(owner, pair_of_ref, table, solver, best, prune)
     return WMDResult(
         distances=best,
         best_reference=best_ref,
-        pairs=len(upairs),
-        solved=solved,
-        closed_form=closed,
-        pruned=int(np.isnan(exact).sum()),
+        pairs=len(pc),
+        solved=solver.solved,
+        closed_form=table.closed,
+        pruned=int(np.isnan(table.exact).sum()),
     )
+
+
+def _distinct_pairs(
+    n_docs: int, candidate_of_ref: np.ndarray, reference_doc: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (candidate document, reference document) pairs of a slice's references.
+
+    Args:
+        n_docs: documents in the batch.
+        candidate_of_ref: (M,) document of each reference's candidate.
+        reference_doc: (M,) document of each reference.
+
+    Returns:
+        ``(pc, pr, pair_of_ref)``: (P,) candidate and reference document of each pair, in increasing
+        ``(pc, pr)`` order, and (M,) the pair of each reference.
+    """
+    base = max(n_docs, 1)
+    upairs, pair_of_ref = np.unique(candidate_of_ref * base + reference_doc, return_inverse=True)
+    return upairs // base, upairs % base, pair_of_ref.reshape(-1)
+
+
+@dataclass
+class _PairTable:
+    """What is known of a slice's distinct pairs before any solve, and the exact distances as they come.
+
+    Attributes:
+        pc, pr: (P,) candidate and reference document of each pair.
+        lower: (P,) relaxed-WMD lower bound; ``inf`` where a side has no word.
+        exact: (P,) exact WMD: ``inf`` where a side has no word, filled in for the closed forms, NaN until
+            solved (NaN at the end: pruned).
+        slot: (P,) index of each pair among the pairs with words on both sides (-1 for the others), which
+            ``cost``, ``off``, ``m`` and ``n`` are indexed by.
+        cost: flat row-major cost matrices of those pairs; pair ``s`` owns ``cost[off[s]:off[s + 1]]``.
+        off: offsets into ``cost``; m, n: the sides' sizes (distinct words).
+        closed: pairs whose distance has a closed form (a one-word side, or the same document twice).
+    """
+
+    pc: np.ndarray
+    pr: np.ndarray
+    lower: np.ndarray
+    exact: np.ndarray
+    slot: np.ndarray
+    cost: np.ndarray | None = None
+    off: np.ndarray | None = None
+    m: np.ndarray | None = None
+    n: np.ndarray | None = None
+    closed: int = 0
+
+    def problems(self, docs: Documents, pairs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """POT's inputs of ``pairs`` (all with words on both sides): the weights ``a`` (m,), ``b`` (n,) and
+        the (m, n) cost matrix of each."""
+        out = []
+        for p in pairs:
+            s = self.slot[p]
+            a = docs.weights[docs.ptr[self.pc[p]] : docs.ptr[self.pc[p] + 1]]
+            b = docs.weights[docs.ptr[self.pr[p]] : docs.ptr[self.pr[p] + 1]]
+            out.append((a, b, self.cost[self.off[s] : self.off[s + 1]].reshape(self.m[s], self.n[s])))
+        return out
+
+
+def _pair_table(docs: Documents, pc: np.ndarray, pr: np.ndarray) -> _PairTable:
+    """Costs, lower bounds and closed-form distances of the pairs ``(pc[p], pr[p])`` (any, empty sides too)."""
+    sizes = docs.sizes
+    valid = (sizes[pc] > 0) & (sizes[pr] > 0)
+    vidx = np.flatnonzero(valid)
+    exact = np.full(len(pc), np.nan)
+    exact[~valid] = np.inf
+    slot = np.full(len(pc), -1, dtype=np.int64)
+    slot[vidx] = np.arange(len(vidx))
+    table = _PairTable(pc, pr, lower=np.full(len(pc), np.inf), exact=exact, slot=slot)
+    if not len(vidx):
+        return table
+    table.cost, table.off, m, n, lb, lb_rows, lb_cols = _pair_costs(docs, pc[vidx], pr[vidx])
+    table.m, table.n = m, n
+    table.lower[vidx] = lb
+    # One side with a single word: its mass is forced to (from) every word of the other side.
+    single = (m == 1) | (n == 1)
+    table.exact[vidx[single]] = np.where(m[single] == 1, lb_cols[single], lb_rows[single])
+    same = pc[vidx] == pr[vidx]
+    table.exact[vidx[same]] = 0.0
+    table.closed = int((single | same).sum())
+    return table
+
+
+class _ExactSolver:
+    """Solves pairs of a ``_PairTable`` with POT, writing their distances into its ``exact``.
+
+    Large problems go to a process pool (``_workers`` decides), started on first need and shut down when the
+    ``with`` block ends. ``solved`` counts the pairs solved.
+    """
+
+    def __init__(self, docs: Documents, table: _PairTable, num_workers: int | None) -> None:
+        self.docs, self.table, self.num_workers = docs, table, num_workers
+        self.executor: ProcessPoolExecutor | None = None
+        self.solved = 0
+
+    def __enter__(self) -> _ExactSolver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
+
+    def solve(self, pairs: np.ndarray) -> None:
+        """Exact distances of ``pairs`` (pair indices, each with words on both sides) into ``table.exact``."""
+        if not len(pairs):
+            return
+        tasks = self.table.problems(self.docs, pairs)
+        workers = _workers(self.num_workers, sum(t[2].size for t in tasks))
+        if workers > 1 and len(tasks) >= 4 * workers:
+            if self.executor is None:
+                self.executor = _executor(workers)
+            chunks = np.array_split(np.arange(len(tasks)), workers * 4)
+            futures = [self.executor.submit(_solve_tasks, [tasks[i] for i in c]) for c in chunks]
+            values = [v for f in futures for v in f.result()]
+        else:
+            values = _solve_tasks(tasks)
+        self.table.exact[pairs] = values
+        self.solved += len(pairs)
+
+
+def _closest_references(
+    owner: np.ndarray,
+    pair_of_ref: np.ndarray,
+    table: _PairTable,
+    solver: _ExactSolver,
+    best: np.ndarray,
+    prune: bool,
+) -> np.ndarray:
+    """Each candidate's closest reference, visiting its references in increasing lower bound.
+
+    One round takes the next reference of every candidate still active; with ``prune`` a candidate stops at
+    the first reference whose lower bound is no smaller than its best distance (every later one is no closer).
+    Pairs are solved only when first needed (all at once without ``prune``).
+
+    Args:
+        owner: (M,) candidate of each reference (non-decreasing).
+        pair_of_ref: (M,) the table's pair of each reference.
+        table: the slice's pairs; ``exact`` is filled in as pairs are solved.
+        solver: solves the pairs not yet known.
+        best: (N,) distances to beat (``inf``, or those earlier slices found); lowered in place.
+        prune: skip references that cannot beat ``best``.
+
+    Returns:
+        (N,) index of each candidate's closest reference among its own (-1 where none beat ``best``).
+    """
+    n_cand = len(best)
+    lower, exact = table.lower, table.exact
+    ref_sorted = np.lexsort((np.arange(len(owner)), lower[pair_of_ref], owner))
+    starts = np.searchsorted(owner[ref_sorted], np.arange(n_cand), side="left")
+    ends = np.searchsorted(owner[ref_sorted], np.arange(n_cand), side="right")
+    best_ref = np.full(n_cand, -1, dtype=np.int64)
+    pos = starts.copy()
+    active = np.flatnonzero(pos < ends)
+    if not prune:
+        todo = np.unique(pair_of_ref)
+        solver.solve(todo[np.isnan(exact[todo])])
+    while len(active):
+        refs = ref_sorted[pos[active]]
+        pairs = pair_of_ref[refs]
+        if prune:
+            keep = lower[pairs] < best[active]
+            active, refs, pairs = active[keep], refs[keep], pairs[keep]
+        solver.solve(np.unique(pairs[np.isnan(exact[pairs])]))
+        d = exact[pairs]
+        better = d < best[active]
+        best[active[better]] = d[better]
+        best_ref[active[better]] = refs[better] - np.searchsorted(owner, owner[refs[better]], side="left")
+        pos[active] += 1
+        active = active[pos[active] < ends[active]]
+    return best_ref
 
 
 def _workers(num_workers: int | None, entries: int) -> int:
