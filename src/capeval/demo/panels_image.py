@@ -122,10 +122,10 @@ class CLIPScorePanel(ImagePanel):
         return self.summary.replace(PAPER_CLIP_S_SENTENCE, clip_s_scale_sentence(self.model_plan))
 
     def score(self, image=None, captions="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
-        import capeval
+        from capeval.clipscore import CLIPScore
 
         path, cands, _, w = self._common(image, captions, None, prefix, w)
-        scorer = self.scorer(model, lambda spec: capeval.CLIPScore(model=spec, prefix=prefix, w=w))
+        scorer = self.scorer(model, lambda spec: CLIPScore(model=spec, prefix=prefix, w=w))
         self._check_work(path, scorer)
         result = scorer(cands, images=[path] * len(cands))
         rows = [Row(c, s) for c, s in zip(cands, result["scores"], strict=True)]
@@ -145,10 +145,10 @@ class RefCLIPScorePanel(ImagePanel):
     )
 
     def score(self, image=None, captions="", references="", model=None, prefix=PREFIX, w=W_CLIP_S) -> Scored:
-        import capeval
+        from capeval.clipscore import RefCLIPScore
 
         path, cands, refs, w = self._common(image, captions, references, prefix, w)
-        scorer = self.scorer(model, lambda spec: capeval.RefCLIPScore(model=spec, prefix=prefix, w=w))
+        scorer = self.scorer(model, lambda spec: RefCLIPScore(model=spec, prefix=prefix, w=w))
         self._check_work(path, scorer)
         result = scorer(cands, [refs] * len(cands), images=[path] * len(cands))
         rows = [

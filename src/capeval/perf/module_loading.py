@@ -26,6 +26,7 @@ from pathlib import Path
 # is accepted and never answered (a firewall that swallows packets, a hung proxy).
 HUB_ANSWERS = ("offline", "404", "401", "closed", "silent")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the capeval package (src/ in a clone)
 _OWN_VARS = (*_OFFLINE_VARS, "HF_ENDPOINT", "HF_MODULES_CACHE", "HF_HOME", "HF_UPDATE_DOWNLOAD_COUNTS")
 
 
@@ -111,15 +112,13 @@ def child_env(answer: str, endpoint: str | None, modules_cache: Path, hf_home: P
     evaluate's download counter (a HEAD to a fixed S3 address, not ``HF_ENDPOINT``) is switched off so that only
     the stand-in is ever contacted.
     """
-    import capeval
-
     env = {k: v for k, v in os.environ.items() if k not in _OWN_VARS}
     env.update(HF_MODULES_CACHE=str(modules_cache), HF_HOME=str(hf_home), HF_UPDATE_DOWNLOAD_COUNTS="0")
     if answer == "offline":
         env.update(dict.fromkeys(_OFFLINE_VARS, "1"))
     else:
         env["HF_ENDPOINT"] = str(endpoint)
-    source = str(Path(capeval.__file__).resolve().parents[1])
+    source = str(_SOURCE_ROOT)  # the child imports this capeval, wherever it was imported from here
     env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -177,10 +176,10 @@ def example_inputs(name: str) -> dict:
 
 
 def _main(spec: dict) -> dict[str, dict]:
-    import datasets  # noqa: F401 (imported before timing: the look-up alone is measured)
+    # Imported before timing so the look-up alone is measured; capeval itself is imported already (``-m`` runs
+    # this module inside its package).
+    import datasets  # noqa: F401
     import evaluate
-
-    import capeval  # noqa: F401
 
     out = {}
     for target in spec["load"]:
