@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ MAY_IMPORT = {
     "training": {"training", "testing", "metrics", "clip"},
     "bench": {"bench", "metrics", "clip", "text"},
     "integrations": {"integrations", "corpus", "metrics", "clip", "text"},
+    "torchmetrics": {"torchmetrics", "metrics", "clip", "text"},
     "demo": {"demo", "integrations", "testing", "metrics", "clip", "text"},
     "perf": {"perf", "testing", "metrics", "clip", "text"},
     "scoring": {"scoring", "bench", "corpus", "metrics", "clip", "text"},
@@ -180,42 +182,17 @@ def test_metric_scripts_use_only_what_capeval_exports_at_its_top_level():
         assert used and used <= public, (script.name, used - public)
 
 
-@pytest.mark.parametrize(
-    "old, new, name",
-    [
-        ("capeval.backbones", "capeval.clip.backbones", "load_backbone"),
-        ("capeval.checkpoints", "capeval.clip.checkpoints", "read_state_dict"),
-        ("capeval.encoding", "capeval.clip", "encode_images"),
-        ("capeval.distributed", "capeval.corpus.distributed", "score_distributed"),
-        ("capeval.text.wmd", "capeval.wmd", "WMD"),
-        ("capeval.modules", "capeval.integrations.evaluate_modules", "module_path"),
-    ],
-)
-def test_old_module_paths_still_import_for_one_release_with_a_deprecation_warning(old, new, name):
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-    assert module.__spec__.name == new  # the alias does not rename the real module
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
-    sys.modules.pop(old, None)
-
-
-def test_subpackages_and_old_modules_are_attributes_of_the_package_as_before():
-    import subprocess
-
+def test_subpackages_are_attributes_of_the_package_after_a_bare_import():
     code = (
-        "import warnings, capeval; warnings.simplefilter('error', DeprecationWarning);"
+        "import capeval;"
         "assert callable(capeval.bench.run_benchmark) and capeval.scores.W_CLIP_S == 2.5;"
         "assert capeval.clip.encode_images is capeval.encode_images\n"
-        "try:\n    capeval.backbones\nexcept DeprecationWarning as w:\n    print(w)\n"
-        "try:\n    capeval.nonexistent\nexcept AttributeError as e:\n    print(e)"
+        "for name in ('nonexistent', 'backbones'):\n"
+        "    try:\n        getattr(capeval, name)\n    except AttributeError as e:\n        print(e)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "capeval.backbones moved to capeval.clip.backbones" in out
     assert "has no attribute 'nonexistent'" in out
+    assert "has no attribute 'backbones'" in out  # a path of an unreleased layout: gone, not aliased
 
 
 def test_the_public_api_of_the_readme_resolves():
@@ -224,6 +201,63 @@ def test_the_public_api_of_the_readme_resolves():
     assert capeval.METRICS == ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
     # Hessel et al. 2021, sec. 3 (w = 2.5, the prompt); Sarto et al. 2023, sec. 4 (w = 2.0).
     assert capeval.W_CLIP_S == 2.5 and capeval.W_PAC_S == 2.0 and capeval.PREFIX == "A photo depicts"
+
+
+# --- The public surface: what the README documents, nothing else ---
+
+
+def readme_python_api() -> list[str]:
+    """The names in the first column of the README's "The Python API" table."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### The Python API", 1)[1].split("\n#", 1)[0]
+    return [m.group(1) for m in re.finditer(r"^\| `(\w+)`", section, flags=re.M)]
+
+
+def test_all_is_exactly_the_python_api_the_readme_documents():
+    documented = readme_python_api()
+    assert len(documented) == len(set(documented)) >= 6
+    assert sorted(documented) == sorted(capeval.__all__)
+
+
+def test_dir_of_the_package_is_its_public_names_and_dunders_only():
+    names = dir(capeval)
+    assert names == sorted(names)
+    assert [n for n in names if not n.startswith("__")] == sorted(capeval.__all__)
+    assert {"sys", "importlib", "import_module", "lazy_exports", "annotations"}.isdisjoint(names)
+
+
+def test_every_public_name_resolves_from_a_bare_import():
+    assert [name for name in capeval.__all__ if not hasattr(capeval, name)] == []
+    with pytest.raises(AttributeError, match="has no attribute 'NotAName'"):
+        capeval.NotAName  # noqa: B018
+
+
+def test_importing_capeval_loads_no_torch():
+    code = "import sys, capeval; dir(capeval); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "path", ["capeval.backbones", "capeval.encoding", "capeval.distributed", "capeval.text.wmd"]
+)
+def test_module_paths_of_an_unreleased_layout_do_not_import(path):
+    with pytest.raises(ModuleNotFoundError, match=path.replace(".", r"\.")):
+        importlib.import_module(path)
+
+
+def test_the_package_installs_no_import_hook():
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("capeval")]
+
+
+def test_capeval_torchmetrics_is_a_real_module_not_an_alias():
+    code = (
+        "import importlib.util, sys, capeval;"
+        "spec = importlib.util.find_spec('capeval.torchmetrics');"
+        "print(spec.name, spec.origin.endswith('torchmetrics/__init__.py'), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["capeval.torchmetrics", "True", "False"]
 
 
 def test_every_module_imports_first_in_a_fresh_package():
@@ -242,7 +276,5 @@ def test_every_module_imports_first_in_a_fresh_package():
         "        failed.append(f'{name}: {err}')\n"
         "print('\\n'.join(failed))\n"
     )
-    import subprocess
-
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""

@@ -1,11 +1,10 @@
 """capeval where other libraries meet it: evaluate (``capeval.load``), transformers' ``Trainer``
-(``make_compute_metrics``), torchmetrics and Lightning (``capeval.torchmetrics``) and the Hugging Face Hub
-(publishing the Spaces and converted PAC-S weights).
+(``make_compute_metrics``) and the Hugging Face Hub (publishing the Spaces and converted PAC-S weights).
+torchmetrics and Lightning have their own package, ``capeval.torchmetrics``.
 
 Modules: ``evaluate_modules``, ``module_cache`` (``capeval install-modules``: the modules in evaluate's own cache,
 for a bare ``evaluate.load("clipscore")``), ``evaluate_inputs`` (the modules' input checks and lock), ``trainer``,
-``torchmetrics`` (a package: the six metrics as ``torchmetrics.Metric`` classes), ``hub``. They sit on top of the
-metrics and the corpus machinery.
+``hub``. They sit on top of the metrics and the corpus machinery.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.video import NUM_FRAMES
 from capeval.emscore import BATCH_PADDING
 from capeval.emscore import EMScore as _EMScore
-from capeval.integrations.torchmetrics.metric import CapevalMetric
 from capeval.signature import parse_signature
+from capeval.torchmetrics.metric import CapevalMetric
 from capeval.validation import check_options, check_predictions, check_references
 
 

@@ -13,9 +13,9 @@ from capeval.clip.batching import BATCH_SIZE
 from capeval.clip.tokenization import PREFIX
 from capeval.clipscore import CLIPScore as _CLIPScore
 from capeval.clipscore import RefCLIPScore as _RefCLIPScore
-from capeval.integrations.torchmetrics.metric import CapevalMetric
 from capeval.pacscore import PACScore as _PACScore
 from capeval.scores import W_CLIP_S, W_PAC_S
+from capeval.torchmetrics.metric import CapevalMetric
 from capeval.validation import check_options
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from capeval.integrations.torchmetrics.metric import CapevalMetric
 from capeval.scores import WEMBSIM_ABSOLUTE_COSINE
+from capeval.torchmetrics.metric import CapevalMetric
 from capeval.wembsim import REDUCTION
 from capeval.wembsim import WEmbSim as _WEmbSim
 from capeval.wmd import SIGMA

@@ -34,13 +34,13 @@ from __future__ import annotations
 from capeval._lazy import lazy_exports
 
 _PUBLIC = {
-    "CLIPScore": "capeval.integrations.torchmetrics.image_metrics",
-    "RefCLIPScore": "capeval.integrations.torchmetrics.image_metrics",
-    "PACScore": "capeval.integrations.torchmetrics.image_metrics",
-    "WMD": "capeval.integrations.torchmetrics.text_metrics",
-    "WEmbSim": "capeval.integrations.torchmetrics.text_metrics",
-    "EMScore": "capeval.integrations.torchmetrics.emscore",
-    "CapevalMetric": "capeval.integrations.torchmetrics.metric",
+    "CLIPScore": "capeval.torchmetrics.image_metrics",
+    "RefCLIPScore": "capeval.torchmetrics.image_metrics",
+    "PACScore": "capeval.torchmetrics.image_metrics",
+    "WMD": "capeval.torchmetrics.text_metrics",
+    "WEmbSim": "capeval.torchmetrics.text_metrics",
+    "EMScore": "capeval.torchmetrics.emscore",
+    "CapevalMetric": "capeval.torchmetrics.metric",
 }
 __all__ = sorted(_PUBLIC)
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
