@@ -1,12 +1,18 @@
-"""What a model object costs per call against the same weights loaded by name, in one run.
+"""What naming the weights costs per call: a model object against the same weights in a local folder, each
+against the bare forward of the same batch, in one run.
 
-A model object (``model=(model, processor)``, the model being trained) has its weights hashed (and checked for
-NaN/inf) at every call, and is never cached; a model loaded by name is hashed once per process. This prints the
-median seconds of one CLIP-S call each way at ViT-B/32's size (random weights, OpenAI's tokenizer and image
-processing), the hash alone, and the ratio.
+A model object (``model=(model, processor)``, the model being trained) is named by a sha256 of its weights, with
+a NaN/inf check. Its hash is kept per model object and computed again only when a tensor changed (its version
+counter, storage or byte fingerprint: ``capeval.clip.in_memory.weights_revision``); a call on unchanged weights
+reads the state key only. A local folder is hashed once per process (keyed by each file's path, size, mtime and
+inode). This prints the median seconds of the bare forward (``get_image_features`` and ``get_text_features`` on
+inputs prepared once), of a CLIP-S call each way, of a model-object call right after an in-place step (hashed
+again) and of the naming alone, with each one's ratio to the bare forward. Random weights at ViT-B/32's size
+(built here, nothing downloaded), OpenAI's tokenizer and image processing.
 
-    PYTHONPATH=src python scripts/bench_model_object.py                 # 32 images, 5 repeats
-    PYTHONPATH=src python scripts/bench_model_object.py --images 256 --device cuda
+    PYTHONPATH=src python scripts/bench_model_object.py                   # 8 images, 7 repeats
+    PYTHONPATH=src python scripts/bench_model_object.py --images 64 --device cuda
+    PYTHONPATH=src python scripts/bench_model_object.py --threads 1 --repeats 5   # a CPU shared with other work
 """
 
 from __future__ import annotations
@@ -19,61 +25,110 @@ import time
 import torch
 
 import capeval
+from capeval.clip import in_memory
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-from capeval.clip.in_memory import hash_weights
 from capeval.testing.shapes import example_items
 from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, vit_b32_config
 
 
-def median_seconds(fn, repeats: int) -> float:
-    times = []
+def interleaved_medians(runs: dict, repeats: int) -> dict[str, float]:
+    """Median wall seconds of each ``name -> (fn, before or None)``, timed round-robin (one of each per round) so
+    every figure meets the same load on a shared machine; ``before()`` runs untimed ahead of its ``fn()``."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, (fn, before) in runs.items():
+            if before is not None:
+                before()
+            start = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-
+def build(device: str):
+    """A random CLIP of ViT-B/32's size on ``device`` with its processor."""
     from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor
 
     torch.manual_seed(0)
-    model = CLIPModel(vit_b32_config()).to(args.device)
-    tokenizer = build_clip_tokenizer()
+    model = CLIPModel(vit_b32_config()).to(device)
     images = CLIPImageProcessorPil(
         size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224},
         image_mean=list(OPENAI_IMAGE_MEAN), image_std=list(OPENAI_IMAGE_STD),
     )  # fmt: skip
-    processor = CLIPProcessor(image_processor=images, tokenizer=tokenizer)
+    return model, CLIPProcessor(image_processor=images, tokenizer=build_clip_tokenizer())
+
+
+def bare_forward(model, processor, captions, pictures, device: str):
+    """The model's own forward on inputs prepared once: what every way of calling it pays at least."""
+    inputs = processor(text=captions, images=pictures, return_tensors="pt", padding=True).to(device)
+
+    def forward():
+        with torch.inference_mode():
+            model.get_image_features(pixel_values=inputs["pixel_values"])
+            model.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+
+    return forward
+
+
+def measure(args) -> dict[str, float]:
+    model, processor = build(args.device)
     scenes = list(example_items(min(args.images, 12)).values())
     pictures = [scenes[i % len(scenes)]["image"] for i in range(args.images)]
     captions = [scenes[i % len(scenes)]["candidate"] for i in range(args.images)]
+    weight = model.visual_projection.weight
 
+    def step():  # an in-place write, as an optimiser step makes: the kept hash no longer applies
+        with torch.no_grad():
+            weight.add_(0.0)
+
+    keyed = getattr(in_memory, "state_key", None)  # absent before the hash was kept per model object
     with tempfile.TemporaryDirectory() as folder:
-        save_clip_folder(model.cpu(), tokenizer, folder)
-        images.save_pretrained(folder)
-        model.to(args.device)
-        by_name = capeval.CLIPScore(model=folder, device=args.device)
+        save_clip_folder(model.cpu(), processor.tokenizer, folder)
+        processor.image_processor.save_pretrained(folder)
+        model.to(args.device).eval()
+        forward = bare_forward(model, processor, captions, pictures, args.device)
+        by_folder = capeval.CLIPScore(model=folder, device=args.device)
         by_object = capeval.CLIPScore(model=(model, processor))
-        by_name(captions, images=pictures)  # warm-up: first-call costs out of the timing
-        by_object(captions, images=pictures)
-        t_name = median_seconds(lambda: by_name(captions, images=pictures), args.repeats)
-        t_object = median_seconds(lambda: by_object(captions, images=pictures), args.repeats)
-        t_hash = median_seconds(lambda: hash_weights(model, "model"), args.repeats)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"ViT-B/32 size ({params / 1e6:.0f}M parameters), {args.images} images, device {args.device}, "
-          f"medians of {args.repeats}")  # fmt: skip
-    print(f"  by name (loaded once):      {t_name:.3f} s per call")
-    print(f"  model object (hashed/call): {t_object:.3f} s per call  ({t_object / t_name:.2f}x)")
-    print(f"  weights hash alone:         {t_hash:.3f} s")
+        runs = {
+            "bare forward": (forward, None),
+            "call, local folder": (lambda: by_folder(captions, images=pictures), None),
+            "call, model object": (lambda: by_object(captions, images=pictures), None),
+            "call, model object after a step": (lambda: by_object(captions, images=pictures), step),
+            "naming, model object: full hash": (lambda: in_memory.hash_weights(model, "m"), None),
+        }
+        if keyed is not None:
+            runs["naming, model object: state key"] = (lambda: keyed(model.state_dict(keep_vars=True)), None)
+        for fn, _ in runs.values():
+            fn()  # first-call costs (loading, allocator) out of the timing
+        return interleaved_medians(runs, args.repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # one thread: steadier figures on a CPU other processes share
+    times = measure(args)
+    forward = times["bare forward"]
+    print(
+        f"ViT-B/32 size (random weights), {args.images} images, device {args.device}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}, medians of {args.repeats}"
+    )
+    for name, seconds in times.items():
+        print(f"  {name:<36} {seconds:7.3f} s  {seconds / forward:5.2f}x the bare forward")
+    folder = times["call, local folder"]
+    print(
+        f"  a model object over a local folder: {times['call, model object'] - folder:+.3f} s per call, "
+        f"{times['call, model object after a step'] - folder:+.3f} s right after a step"
+    )
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def test_three_item_form_equals_processor_form(shapes_model, world):
     assert a == b
 
 
-def test_weights_are_hashed_at_each_call_and_nothing_is_cached(shapes_model, world):
+def test_changed_weights_change_the_signature_and_no_backbone_is_cached(shapes_model, world):
     model, processor = shapes_model
     cached = len(_CACHE)
     scorer = capeval.CLIPScore(model=(model, processor))

@@ -63,7 +63,8 @@ class Backbone:
         family: the model class and its conventions (``capeval.clip.families``); for families other than CLIP,
             ``image_size`` is a ``ProcessorGeometry`` and ``context_length`` the tokenizer's text length.
         live: a model object the caller holds (``capeval.clip.in_memory``): scored in eval mode with its modes
-            restored, its weights hashed into ``revision`` at each call (``refresh``), never cached.
+            restored, its weights named in ``revision`` at each call (``refresh``: the hash is kept per model
+            object until one of its tensors changes), the wrapper itself never cached.
     """
 
     model: torch.nn.Module
@@ -90,12 +91,13 @@ class Backbone:
         return f"{self.model_id}@{self.revision}"
 
     def refresh(self) -> None:
-        """At the start of each metric call: a model object's weights are hashed now (they change between
-        calls; NaN or inf ones are refused). Loaded models: nothing to do."""
+        """At the start of each metric call: a model object's weights are named as they are now (they change
+        between calls), hashed again and checked for NaN or inf only when a tensor changed since the hash kept
+        for that object (``in_memory.weights_revision``). Loaded models: nothing to do."""
         if self.live:
-            from capeval.clip.in_memory import hash_weights
+            from capeval.clip.in_memory import weights_revision
 
-            self.revision = hash_weights(self.model, f"model object {self.model_id}")
+            self.revision = weights_revision(self.model, f"model object {self.model_id}")
 
     def forward_mode(self):
         """Context of every forward: eval mode for a model object (its modes given back after), else nothing."""
