@@ -1,5 +1,6 @@
 """model= given a model object with its processor (the model being trained): scored as it is at each call, with
-its modes left as found, never cached, its weights hashed into the signature at each call.
+its modes left as found, no backbone cached, its weights named in the signature as they are at each call (the
+hash kept per model object until a tensor changes: test_model_object_identity).
 
 The independent reference is the model itself: its own processor and raw ``get_image_features`` /
 ``get_text_features`` calls in eval mode, and the same weights loaded from a folder by name."""
