@@ -48,7 +48,8 @@ def add_corpus_arguments(parser) -> None:
         "--num-workers",
         type=cli_type("num_workers", int, check_count),
         default=None,
-        help="threads reading images (--engine ray: actors holding a model; default one per GPU, else 1)",
+        help="threads reading images; sharded corpora: processes decoding rows (default: every core beside a GPU, "
+        "none on the CPU), with --engine ray actors holding a model (default one per GPU, else 1)",
     )
     shards = parser.add_argument_group(
         "sharded corpora",
@@ -152,7 +153,7 @@ def shards_command(args) -> int:
         save_embeddings=args.save_embeddings,
         batch_size=args.batch_size,
         ray_address=args.ray_address,
-        num_workers=args.num_workers if args.engine == "ray" else None,
+        num_workers=args.num_workers,
         model=args.model,
         device=args.device,
         dtype=args.dtype,

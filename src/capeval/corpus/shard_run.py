@@ -11,6 +11,7 @@ be new, empty, or a run's own (``outputs.claim_output_folder``): nothing a run d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,8 @@ from typing import Any
 from capeval.clip.batching import BATCH_SIZE
 from capeval.corpus.lock import OutputLock
 from capeval.corpus.outputs import check_manifest, claim_output_folder
-from capeval.corpus.row_scoring import RowScorer, check_row_metrics, prepare_rows
+from capeval.corpus.row_batches import DecodePool, default_decode_workers
+from capeval.corpus.row_scoring import RowScorer, check_row_metrics
 from capeval.corpus.shard_outputs import (
     FORMAT,
     input_record,
@@ -61,13 +63,14 @@ def concat_batches(batches: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def score_shard_locally(scorer: RowScorer, rows: list, batch_size: int) -> dict[str, Any]:
-    """Prepare and score one shard's rows in batches of ``batch_size``, in this process."""
-    batches = [
-        scorer.score(prepare_rows(rows[s : s + batch_size], scorer.image_size))
-        for s in range(0, len(rows), batch_size)
-    ]
-    return concat_batches(batches)
+def score_shard_locally(
+    scorer: RowScorer, rows: list, batch_size: int, decode: DecodePool | None = None
+) -> dict[str, Any]:
+    """Score one shard's rows in batches of ``batch_size`` in this process, ``decode``'s workers preparing them
+    ahead of the model (None: each batch prepared here when it is needed)."""
+    with DecodePool(0) if decode is None else contextlib.nullcontext(decode) as pool:
+        batches = pool.batches(rows, scorer.image_size, batch_size)
+        return concat_batches([scorer.score(batch) for batch in batches])
 
 
 @summarised_warnings()
@@ -111,7 +114,8 @@ def score_shards(
         save_embeddings: also write float16 image and caption embeddings.
         batch_size: rows per forward pass (and per Ray batch).
         ray_address: the cluster to join (``"auto"``: the one ``ray start`` made); None starts a local one.
-        num_workers: Ray actors holding a model (default: one per GPU, else 1).
+        num_workers: local: processes decoding rows ahead of the model (default: every core, at most 32, beside a
+            GPU; 0, in this process, on the CPU); Ray: actors holding a model (default: one per GPU, else 1).
         worker_gpus, worker_cpus: resources of each actor (default: 1 GPU when the cluster has GPUs, else
             half a CPU so the read tasks keep CPUs).
         model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors':
@@ -237,9 +241,13 @@ def _score_pending(plan: _Plan, shards: list[Shard], output: Path, scorer: RowSc
     start = time.perf_counter()
     caption_column, image_column = plan.columns["caption"], plan.columns["image"]
     if plan.engine == "local":
+        workers = plan.ray["num_workers"]
+        if workers is None:
+            workers = default_decode_workers(next(iter(scorer.scorers.values())).backbone.device)
         failed = _run_locally(
-            scorer, pending, output, (caption_column, image_column), plan.batch_size, plan.embeddings, records
-        )
+            scorer, pending, output, (caption_column, image_column), plan.batch_size, plan.embeddings, records,
+            workers,
+        )  # fmt: skip
     else:
         from capeval.corpus.ray_engine import run_on_ray
 
@@ -270,18 +278,21 @@ def _run_locally(
     batch_size: int,
     embeddings: bool,
     records: dict[str, dict],
+    workers: int = 0,
 ) -> dict[str, str]:
-    """Read, score and write each shard in this process; returns ``{shard: why}`` for those not read."""
+    """Read, score and write each shard in this process (``workers`` processes decoding ahead of the model);
+    returns ``{shard: why}`` for those not read."""
     failed: dict[str, str] = {}
-    for shard in shards:
-        try:
-            rows = read_shard(shard, *columns)
-        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns: as on Ray
-            failed[shard.name] = str(err)
-            continue
-        if not rows:
-            failed[shard.name] = f"shard {shard.path} holds no sample"
-            continue
-        scored = score_shard_locally(scorer, rows, batch_size)
-        write_shard_output(output, shard.name, scored, scorer.columns(), embeddings, records[shard.name])
+    with DecodePool(workers) as decode:
+        for shard in shards:
+            try:
+                rows = read_shard(shard, *columns)
+            except ValueError as err:  # ShardReadError, or a Parquet shard without the columns: as on Ray
+                failed[shard.name] = str(err)
+                continue
+            if not rows:
+                failed[shard.name] = f"shard {shard.path} holds no sample"
+                continue
+            scored = score_shard_locally(scorer, rows, batch_size, decode)
+            write_shard_output(output, shard.name, scored, scorer.columns(), embeddings, records[shard.name])
     return failed
