@@ -1,7 +1,10 @@
 """Peak memory of image encoding against batch size: host RSS, and device memory on a GPU.
 
-Each batch size runs in a fresh subprocess so its peak RSS (the kernel's ru_maxrss) is its own.
+Each batch size runs in a fresh subprocess so its peak RSS (the kernel's ru_maxrss) is its own. On a GPU,
+``--oom-check`` then runs the out-of-memory back-off for real: the largest batch under a memory cap sized for the
+smallest (``capeval.perf.device_checks.oom_backoff``), in one more subprocess.
 Example:  .venv/bin/python scripts/bench_memory.py --batch-sizes 8 32 64 128 --n-images 256
+          python scripts/bench_memory.py --device cuda --dtype float16 --arch vit-l14 --batch-sizes 64 1024 --oom-check
 """
 
 from __future__ import annotations
@@ -35,6 +38,23 @@ if bb.device.type == "cuda":
 print(json.dumps(out))
 """
 
+OOM_CHILD = """
+import json, sys
+from capeval.clip.backbones import load_backbone
+from capeval.clip.image_encoding import encode_images
+from capeval.perf.device_checks import oom_backoff
+model, device, dtype, small, large, paths = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
+bb = load_backbone(model, device=device, dtype=dtype)
+print(json.dumps(oom_backoff(lambda b: encode_images(bb, paths, batch_size=b, progress=False), small, large)))
+"""
+
+
+def child_json(code: str, *argv: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -47,6 +67,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "capeval-bench"))
+    parser.add_argument("--oom-check", action="store_true", help="on a GPU: the back-off under a real cap")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -63,13 +84,7 @@ def main() -> None:
     paths = make_jpeg_corpus(work / "jpegs", args.n_images)
     rows, figures = [], []
     for batch in args.batch_sizes:
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD, model, args.device, args.dtype, str(batch), json.dumps(paths)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result = child_json(CHILD, model, args.device, args.dtype, str(batch), json.dumps(paths))
         figures.append(result)
         rows.append(
             [batch, result["rss_after_load_mib"], result["peak_rss_mib"], result.get("peak_device_mib", "-"),
@@ -79,8 +94,19 @@ def main() -> None:
     print(
         markdown_table(["batch", "RSS after load MiB", "peak RSS MiB", "peak device MiB", "images/s"], rows)
     )
+    report = {"batches": figures}
+    if args.oom_check:
+        small, large = min(args.batch_sizes), max(args.batch_sizes)
+        oom = child_json(OOM_CHILD, model, args.device, args.dtype, str(small), str(large), json.dumps(paths))
+        report["oom_backoff"] = oom
+        print(
+            f"out-of-memory back-off: batch {large} under a {oom['cap_mib']:.0f} MiB cap (weights "
+            f"{oom['weights_mib']:.0f} MiB + 1.5x batch {small}'s activations): {len(oom['warnings'])} step(s) "
+            f"{oom['warnings']}; peak {oom['peak_mib_under_cap']:.0f} MiB; embeddings vs uncapped batch {small}: "
+            f"max |diff| {oom['max_abs_diff_vs_uncapped']:.2e}"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+        Path(args.json).write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

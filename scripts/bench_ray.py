@@ -3,7 +3,8 @@ real (tiny) shapes CLIP and on the stand-in accelerator of ``capeval.perf.simula
 
 The stand-in answers a forward pass after ``rows / rate`` seconds without using a core, as a GPU leaves the
 host free, so the overlap of Ray's CPU read tasks (decode, resize) with the "accelerator" shows on a CPU-only
-machine. The local engine reads, then scores, one batch after another.
+machine. The local engine on a CPU reads, then scores, one batch after another (its decoding workers run
+beside a GPU only).
 
     PYTHONPATH=src python scripts/bench_ray.py                       # the table (about 3 minutes here)
     PYTHONPATH=src python scripts/bench_ray.py --actor-only --device cuda --model openai/clip-vit-base-patch32
@@ -118,7 +119,8 @@ def main() -> None:
         return out
 
     def local(scorer):
-        return lambda: _run_locally(scorer, shards, fresh(), None, None, args.batch_size, False)
+        records = {s.name: input_record(s.path) for s in shards}
+        return lambda: _run_locally(scorer, shards, fresh(), (None, None), args.batch_size, False, records)
 
     def on_ray(workers: int, actor=ScoreActor):
         scorer = RowScorer(METRICS, options)
