@@ -4,6 +4,7 @@ is loaded or any output is written."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -162,18 +163,6 @@ def _args_with_a_missing_model(root, *extra: str) -> list[str]:
         ),
         (["--batch-size", "0"], "argument --batch-size: batch_size must be >= 1, got 0"),
         (["--batch-size", "64.5"], "argument --batch-size: invalid literal for int"),
-        (
-            ["--corpus", "x", "--output", "o", "--threshold", "nan"],
-            "argument --threshold: threshold must be a finite",
-        ),
-        (
-            ["--corpus", "x", "--output", "o", "--chunk-size", "0"],
-            "argument --chunk-size: chunk_size must be >= 1",
-        ),
-        (
-            ["--corpus", "x", "--output", "o", "--num-workers", "0"],
-            "argument --num-workers: num_workers must be >= 1",
-        ),
     ],
 )
 def test_a_bad_numeric_option_exits_2_with_one_line_naming_it(two_image_example, capsys, option, message):
@@ -323,3 +312,55 @@ def test_a_flag_help_lists_each_metrics_declared_default():
     assert declared_defaults("w") == "2.5: clipscore, refclipscore; 2.0: pacscore"
     assert declared_defaults("sigma") == "1.0: wmd"
     assert declared_defaults("no_such_option") == ""
+
+
+# --- One subcommand per task, each with its own options ---
+
+
+def _options(command: str) -> set[str]:
+    from capeval.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for action in sub.choices[command]._actions for o in action.option_strings}
+
+
+def test_each_task_is_a_subcommand_with_the_options_of_its_task_only():
+    score, corpus = _options("score"), _options("corpus")
+    assert {"--engine", "--output", "--top-fraction", "--chunk-size", "--corpus", "--metric"}.isdisjoint(
+        score
+    )
+    assert {"--references-json", "--baseline", "--vectors", "--format", "--metric"}.isdisjoint(corpus)
+    assert {"--metrics", "--model", "--device", "--batch-size", "--w"} <= score & corpus
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--threshold", "nan"], "argument --threshold: threshold must be a finite"),
+        (["--chunk-size", "0"], "argument --chunk-size: chunk_size must be >= 1"),
+        (["--num-workers", "0"], "argument --num-workers: num_workers must be >= 1"),
+        (["--metrics", "wmd"], "argument --metrics: invalid choice: 'wmd'"),
+    ],
+)
+def test_a_bad_corpus_option_exits_2_with_one_line_naming_it(tmp_path, capsys, option, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["corpus", str(tmp_path), "--output", str(tmp_path / "out"), *option])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("capeval corpus: error: ")
+    assert re.search(message, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_corpus_needs_its_output_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["corpus", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "the following arguments are required: --output" in capsys.readouterr().err
+
+
+def test_a_jsonl_corpus_takes_one_metric_per_run(tmp_path):
+    (tmp_path / "rows.jsonl").write_text('{"id": "a", "caption": "a cat", "image": "a.jpg"}\n')
+    with pytest.raises(SystemExit, match="scored with one metric per run"):
+        main(["corpus", str(tmp_path / "rows.jsonl"), "--output", str(tmp_path / "out"),
+              "--metrics", "clipscore", "refclipscore"])  # fmt: skip

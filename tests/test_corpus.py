@@ -208,7 +208,7 @@ def test_cli_corpus_mode_prints_the_score_and_writes_kept_rows(corpus, tmp_path,
     out = tmp_path / "out"
     rc = main(
         [
-            "score", "--corpus", str(corpus), "--output", str(out), "--model", str(tiny_clip_dir),
+            "corpus", str(corpus), "--output", str(out), "--model", str(tiny_clip_dir),
             "--threshold", "0.0", "--chunk-size", "8", "--no-progress",
         ]
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Corpus mode (``capeval.score_corpus`` and ``capeval score --corpus``) on a damaged output folder or cache: a
+"""Corpus mode (``capeval.score_corpus`` and ``capeval corpus``) on a damaged output folder or cache: a
 damaged part is scored again with a warning naming the file, a damaged manifest or a cache file that is not
 capeval's is refused by name and left as it was, a damaged cache entry is dropped and encoded again, and a model
 that overflows gives error rows; never a wrong number."""
@@ -339,8 +339,7 @@ def test_cli_damaged_part_and_cache_are_named_on_the_command_line(finished_run, 
     out = _copy_run(reference, tmp_path)
     path = _edit_part(out, 0, lambda ls: ls[:2])
     args = [
-        "score",
-        "--corpus",
+        "corpus",
         str(corpus),
         "--output",
         str(out),

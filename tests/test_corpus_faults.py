@@ -1,6 +1,6 @@
 """Corpus scoring under faults and at scale, in real processes: SIGKILL and resume, flat peak RSS, 2 processes.
 
-Each run is ``python -m capeval.cli score --corpus ...`` in a child process; its peak RSS comes from the
+Each run is ``python -m capeval.cli corpus ...`` in a child process; its peak RSS comes from the
 kernel (``os.wait4``'s ``ru_maxrss``), not from sampling.
 """
 
@@ -54,7 +54,7 @@ def run_cli(args: list[str], log: Path, kill_when=None):
 
 
 def score_args(corpus: Path, out: Path, model: Path) -> list[str]:
-    return ["score", "--corpus", str(corpus), "--output", str(out), "--model", str(model), *OPTIONS]
+    return ["corpus", str(corpus), "--output", str(out), "--model", str(model), *OPTIONS]
 
 
 @pytest.fixture(scope="module")

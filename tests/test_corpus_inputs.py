@@ -79,9 +79,7 @@ def test_empty_jsonl_files_and_datasets_are_refused_by_name(finished_run, tmp_pa
 def test_cli_corpus_on_unreadable_shards_exits_with_one_line_naming_each(finished_run, tmp_path, capsys):
     _, _, options, _ = finished_run
     folder = _folder_of(tmp_path / "shards", ["000.tar", "001.tar"])
-    rc = main(
-        ["score", "--corpus", str(folder), "--output", str(tmp_path / "out"), "--model", options["model"]]
-    )
+    rc = main(["corpus", str(folder), "--output", str(tmp_path / "out"), "--model", options["model"]])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
     assert f"capeval: error: none of the 2 shard(s) in {folder} could be read (000: shard " in err
@@ -114,7 +112,7 @@ def test_bad_run_settings_are_refused_before_anything_is_written(
 
 def test_cli_threshold_nan_is_refused(finished_run, tmp_path, capsys):
     corpus, _, options, _ = finished_run
-    args = ["score", "--corpus", str(corpus), "--output", str(tmp_path / "out"), "--model", options["model"]]
+    args = ["corpus", str(corpus), "--output", str(tmp_path / "out"), "--model", options["model"]]
     # Refused by the argument parser (capeval.validation's rule), before the run starts.
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--threshold", "nan"])

@@ -113,7 +113,7 @@ def test_a_second_run_on_a_held_folder_is_refused_in_python_and_on_the_command_l
         FolderInUseError, match=f"another run holds the output folder {re.escape(str(out))} \\(process {pid} "
     ):
         score_corpus(corpus, out, **options)
-    args = ["score", "--corpus", str(corpus), "--output", str(out), "--model", options["model"]]
+    args = ["corpus", str(corpus), "--output", str(out), "--model", options["model"]]
     assert main([*args, "--chunk-size", "6", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"capeval: error: another run holds the output folder {out} (process {pid} " in err

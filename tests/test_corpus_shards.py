@@ -254,7 +254,7 @@ def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
 def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, capsys):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=4)
     rc = main([
-        "score", "--corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL,
+        "corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL,
         "--metrics", "clipscore", "refclipscore", "--top-fraction", "0.5", "--no-progress",
     ])  # fmt: skip
     out = capsys.readouterr().out

@@ -177,7 +177,7 @@ def test_the_cli_passes_explicit_columns_as_given(tmp_path, capsys):
     _parquet(
         tmp_path / "in" / "00000.parquet", key=["k"], image=[dark], jpg=[light], caption=["a dark square"]
     )
-    args = ["score", "--corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL]
+    args = ["corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL]
     assert main([*args, "--image-column", "image", "--caption-column", "caption"]) == 0
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["columns"] == {"caption": "caption", "image": "image", "automatic": []}

@@ -30,7 +30,7 @@ def _read_inputs(args: argparse.Namespace):
         image_dir = paths.pop()
     if not paths:
         raise SystemExit(
-            "capeval score: give candidates files and an image folder (or --corpus SOURCE --output DIR)"
+            "capeval score: give candidates files and an image folder (a corpus: capeval corpus SOURCE --output DIR)"
         )
     try:
         return read_caption_files(paths, image_dir, args.references_json)
@@ -50,10 +50,6 @@ def _default_metrics(args, references) -> list[str]:
 
 
 def _score_command(args: argparse.Namespace) -> int:
-    if getattr(args, "corpus", None):
-        from capeval.corpus.cli import corpus_command
-
-        return corpus_command(args)
     from capeval.scoring.systems import score_systems
     from capeval.scoring.tables import comparison_lines, per_instance, render, signature_lines
 
@@ -164,14 +160,15 @@ def _confidence(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``capeval`` command: ``score``, ``compare``, ``install-modules`` and ``bench``."""
+    """The ``capeval`` command, one subcommand per task: ``score``, ``corpus``, ``compare``, ``install-modules``
+    and ``bench``."""
     from capeval import __version__
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_score_parser(sub)
-
+    _add_corpus_parser(sub)
     from capeval.bench.compare_cli import add_compare_parser
 
     add_compare_parser(sub)
@@ -186,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_score_parser(sub) -> None:
-    """``capeval score``: caption files against images and references, and corpora (``--corpus``)."""
+    """``capeval score``: caption files of one or more systems against images and references."""
     score = sub.add_parser(
         "score",
         help="score captions of one or more systems against their images and references",
@@ -228,10 +225,24 @@ def _add_score_parser(sub) -> None:
     _add_comparison_arguments(score)
     add_metric_options(score)
     score.add_argument("--no-progress", action="store_true", help="no progress bars")
+    score.set_defaults(func=_score_command)
+
+
+def _add_corpus_parser(sub) -> None:
+    """``capeval corpus SOURCE --output DIR``: every row of a corpus scored, resumably, and filtered."""
     from capeval.corpus.cli import add_corpus_arguments
 
-    add_corpus_arguments(score)
-    score.set_defaults(func=_score_command)
+    corpus = sub.add_parser(
+        "corpus",
+        help="score every row of a corpus (JSONL, image folder, datasets, WebDataset or Parquet shards), "
+        "resumably, and keep the best",
+        description=(
+            "Score every row of a corpus with per-row image metrics and write the scores, a summary and, with "
+            "--threshold or --top-fraction, the kept rows. Rerun with the same --output to resume."
+        ),
+    )
+    add_metric_options(corpus, vectors=False)
+    add_corpus_arguments(corpus)
 
 
 def _add_comparison_arguments(score) -> None:
@@ -272,8 +283,9 @@ def declared_defaults(option: str) -> str:
 RUN_OPTIONS = ("model", "checkpoint", "vectors", "device", "dtype", "batch_size", "prefix", "w")
 
 
-def add_metric_options(parser) -> None:
-    """The flags of ``RUN_OPTIONS``, checked by the rule every path uses, their defaults the metrics' own."""
+def add_metric_options(parser, vectors: bool = True) -> None:
+    """The flags of ``RUN_OPTIONS``, checked by the rule every path uses, their defaults the metrics' own
+    (``vectors=False``: no ``--vectors``, for commands whose metrics read no word vectors)."""
     from capeval.clip.backbones import DEFAULT_MODEL
     from capeval.clip.batching import BATCH_SIZE
     from capeval.validation import MAX_W, check_count, check_weight, cli_type
@@ -289,9 +301,10 @@ def add_metric_options(parser) -> None:
         default=None,
         help="PAC-S weights (.pth, converted folder or Hub repo): PAC-S / RefPAC-S",
     )
-    group.add_argument(
-        "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
-    )
+    if vectors:
+        group.add_argument(
+            "--vectors", default=None, help="word vectors of wmd and wembsim (name, path or Hub repo)"
+        )
     group.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1, ... (default: first GPU if any, else CPU)"
     )

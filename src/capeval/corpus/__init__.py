@@ -5,7 +5,7 @@ Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``items
 there, the rest encoded in fixed batches), ``run`` (``score_corpus``: resume, filtering), ``outputs`` (part files
 written atomically and checked on resume, the merged outputs, the run's manifest), ``lock`` (one run per output
 folder), ``distributed`` (``score_distributed``: each process encodes its share under torchrun / accelerate) and
-``cli`` (``capeval score --corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
+``cli`` (``capeval corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
 """
 
 from __future__ import annotations

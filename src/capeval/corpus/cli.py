@@ -1,4 +1,4 @@
-"""``capeval score --corpus``: the command-line face of ``capeval.corpus.score_corpus``."""
+"""``capeval corpus``: the command-line face of ``capeval.corpus.score_corpus`` and ``score_shards``."""
 
 from __future__ import annotations
 
@@ -10,17 +10,29 @@ from capeval.validation import check_count, check_finite_number, cli_type
 
 
 def add_corpus_arguments(parser) -> None:
-    """The corpus options of ``capeval score`` (``--corpus SOURCE --output DIR`` selects the mode)."""
-    group = parser.add_argument_group(
-        "corpus mode", "score a JSONL file/folder, an image folder with .txt captions or a datasets dataset"
-    )
-    group.add_argument(
-        "--corpus",
+    """The arguments of ``capeval corpus SOURCE --output DIR`` beside the metric options (``capeval.cli`` makes
+    the subcommand and adds those)."""
+    parser.add_argument(
+        "source",
         metavar="SOURCE",
-        help="JSONL file or folder, image folder, save_to_disk folder or dataset name",
+        help="WebDataset tars or Parquet shards (a folder, a glob or files), a JSONL file or folder, an image "
+        "folder with .txt captions, a save_to_disk folder or a dataset name",
     )
-    group.add_argument("--output", metavar="DIR", help="output folder (rerun with the same folder to resume)")
-    group.add_argument("--metric", default="clipscore", choices=row_image_metrics())
+    parser.add_argument(
+        "--output", metavar="DIR", required=True, help="output folder (rerun with the same folder to resume)"
+    )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=["clipscore"],
+        choices=row_image_metrics(),
+        metavar="METRIC",
+        help=f"per-row metrics ({', '.join(row_image_metrics())}; default clipscore); JSONL, image-folder "
+        "and datasets sources take one",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=corpus_command)
+    group = parser.add_argument_group("rows and filtering")
     # No default: an explicit column is used as given; unset, it is "caption"/"image" for JSONL corpora and
     # chosen once per run from the first Parquet shard's columns (written in run.json).
     group.add_argument("--caption-column", default=None)
@@ -54,7 +66,7 @@ def add_corpus_arguments(parser) -> None:
     shards = parser.add_argument_group(
         "sharded corpora",
         "WebDataset tars as img2dataset writes them (NNNNN.tar with <key>.jpg/.txt/.json) or Parquet files: one "
-        "OUTPUT/scores/<shard>.parquet per shard, resumable per shard; several metrics with --metrics",
+        "OUTPUT/scores/<shard>.parquet per shard, resumable per shard",
     )
     shards.add_argument("--engine", default="local", choices=["local", "ray"], help="where shards are scored")
     shards.add_argument(
@@ -78,22 +90,25 @@ def check_fraction(name: str, value: float) -> float:
 
 
 def corpus_command(args) -> int:
-    """``capeval score --corpus SOURCE --output DIR [...]``."""
-    if not args.output:
-        raise SystemExit("capeval score --corpus: give --output DIR")
+    """``capeval corpus SOURCE --output DIR [...]``."""
     from capeval.corpus.shards import is_shard_source
 
-    if args.engine == "ray" or is_shard_source(args.corpus):
+    if args.engine == "ray" or is_shard_source(args.source):
         return shards_command(args)
-    if args.top_fraction is not None or args.metrics:
+    if args.top_fraction is not None:
         raise SystemExit(
-            "capeval score --corpus: --top-fraction and --metrics apply to shards (.tar/.parquet); "
-            "use --metric and --threshold for this source"
+            "capeval corpus: --top-fraction applies to shards (.tar/.parquet); use --threshold for this source"
         )
+    if len(args.metrics) > 1:
+        raise SystemExit(
+            f"capeval corpus: a JSONL, image-folder or datasets source is scored with one metric per run, got "
+            f"{args.metrics}; several metrics apply to shards (.tar/.parquet)"
+        )
+    metric = args.metrics[0]
     from capeval.clip.backbones import DEFAULT_MODEL
 
     # Unset --model: PAC-S takes its checkpoint's base model, the others the paper's CLIP.
-    model = args.model or (None if args.metric == "pacscore" else DEFAULT_MODEL)
+    model = args.model or (None if metric == "pacscore" else DEFAULT_MODEL)
     options = dict(model=model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
     if args.prefix is not None:
         options["prefix"] = args.prefix
@@ -102,9 +117,9 @@ def corpus_command(args) -> int:
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
     result = score_corpus(
-        args.corpus,
+        args.source,
         args.output,
-        args.metric,
+        metric,
         caption_column=args.caption_column,
         image_column=args.image_column,
         references_column=args.references_column,
@@ -123,7 +138,7 @@ def corpus_command(args) -> int:
     if process_state().is_main_process:
         s = result.summary
         score = s["corpus_score"]
-        print(f"{args.metric}: {score:.4f} over {s['scored']} rows" if score is not None else "no row scored")
+        print(f"{metric}: {score:.4f} over {s['scored']} rows" if score is not None else "no row scored")
         if s["errors"]:
             print(f"{s['errors']} row(s) could not be scored: see {result.errors}", file=sys.stderr)
         if s["kept"] is not None:
@@ -134,16 +149,15 @@ def corpus_command(args) -> int:
 
 
 def shards_command(args) -> int:
-    """``capeval score --corpus SHARDS --output DIR [--metrics ...] [--engine ray]``: one Parquet per shard."""
+    """``capeval corpus SHARDS --output DIR [--metrics ...] [--engine ray]``: one Parquet per shard."""
     from capeval.corpus.shard_run import score_shards
 
     if args.threshold is not None and args.top_fraction is not None:
-        raise SystemExit("capeval score --corpus: give --threshold or --top-fraction, not both")
-    metrics = args.metrics or [args.metric]
+        raise SystemExit("capeval corpus: give --threshold or --top-fraction, not both")
     result = score_shards(
-        args.corpus,
+        args.source,
         args.output,
-        metrics,
+        args.metrics,
         engine=args.engine,
         caption_column=args.caption_column,
         image_column=args.image_column,
