@@ -206,8 +206,11 @@ def load_backbone(
     model = os.fspath(model)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype)
+    from capeval.clip.longclip_files import is_longclip_model
     from capeval.clip.open_clip_files import is_open_clip_model
 
+    if is_longclip_model(model):
+        return _load_longclip(model, dev, dt, checkpoint)
     if is_open_clip_model(model):
         return _load_open_clip(model, dev, dt, checkpoint)
     folder, revision = locate_model(model)
@@ -236,6 +239,26 @@ def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: 
         if key in _CACHE:
             return _CACHE[key]
         backbone = Backbone(**open_clip_fields(source, model, revision, dev, dt, checkpoint))
+        _CACHE[key] = backbone
+        return backbone
+
+
+def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
+    """A Long-CLIP file (``capeval.clip.longclip_files``), cached by the file's and its tokenizer files' hash."""
+    from capeval.clip.checkpoints.files import files_sha256, settings_files
+    from capeval.clip.longclip_files import longclip_fields, resolve_longclip
+
+    if checkpoint is not None:
+        raise ValueError(
+            f"model {model!r} is a whole Long-CLIP model: checkpoint= (PAC-S weights) would replace all of it"
+        )
+    source = resolve_longclip(model)
+    revision = files_sha256([source.path, *settings_files(source.path.parent)])
+    key = ("longclip", source, revision, str(dev), dt)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        backbone = Backbone(**longclip_fields(source, model, revision, dev, dt))
         _CACHE[key] = backbone
         return backbone
 

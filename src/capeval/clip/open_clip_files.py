@@ -93,11 +93,26 @@ def resolve_open_clip(model: str) -> OpenClipSource:
     path = _weights_path(model, model)
     sidecar = path.parent / CONFIG_FILE
     if not sidecar.is_file():
+        if _is_longclip_file(path):
+            raise ValueError(
+                f"model {model!r} is a Long-CLIP checkpoint (it holds positional_embedding_res): name it "
+                f"model='longclip:{path}'"
+            )
         raise ValueError(
             f"model {model!r} is a weights file without open_clip's {CONFIG_FILE} beside it, so its architecture "
             f"is unknown: name it, model='open_clip:ARCH/TAG:{path}' (architectures: {', '.join(ARCHITECTURES)})"
         )
     return _from_sidecar(path, sidecar)
+
+
+def _is_longclip_file(path: Path) -> bool:
+    """Whether a weights file holds Long-CLIP's second position table (read safely; unreadable: no)."""
+    from capeval.clip.checkpoints.files import read_state_dict
+
+    try:
+        return "positional_embedding_res" in read_state_dict(path, hint=_TENSORS_ONLY_HINT)
+    except (ValueError, OSError):
+        return False
 
 
 def _weights_path(text: str, model: str) -> Path:
