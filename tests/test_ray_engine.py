@@ -64,6 +64,27 @@ def _assert_equal_to_local(root, out):
                 np.testing.assert_allclose(np.stack(b[column]), np.stack(a[column]), atol=1e-3)
 
 
+def _run_on_ray(folder, out, metrics, batch_size, actor_class, num_workers=1, embeddings=False):
+    """``run_on_ray`` on the shards of ``folder`` with ``actor_class`` shipped to the workers by value."""
+    from ray import cloudpickle  # Ray's own copy pickles the actor class
+
+    from capeval.corpus.row_scoring import RowScorer
+    from capeval.corpus.shards import list_shards
+
+    shards = list_shards(folder)
+    driver_scorer = RowScorer(metrics, {"model": MODEL})
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        return ray_engine.run_on_ray(
+            shards, out, metrics, {"model": MODEL, "device": None, "dtype": "float32"},
+            records={s.name: input_record(s.path) for s in shards}, caption_column=None, image_column=None,
+            batch_size=batch_size, embeddings=embeddings, score_columns=driver_scorer.columns(),
+            image_size=driver_scorer.image_size, num_workers=num_workers, actor_class=actor_class,
+        )  # fmt: skip
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ray_equals_the_local_engine_row_for_row(local_ray, corpus, workers):
     root, local = corpus
@@ -106,32 +127,13 @@ class DiesOnce(ray_engine.ScoreActor):
 
 
 def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(local_ray, corpus, tmp_path):
-    from ray import cloudpickle  # Ray's own copy pickles the actor class
-
     root, _ = corpus
     marker = tmp_path / "died"
     DiesOnce.marker = str(marker)
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship DiesOnce to the workers by value
-    try:
-        from capeval.corpus.row_scoring import RowScorer
-        from capeval.corpus.shards import list_shards
-
-        out = tmp_path / "out"
-        driver_scorer = RowScorer(METRICS, {"model": MODEL})
-        shards = list_shards(root / "in")
-        failed = ray_engine.run_on_ray(
-            shards, out, METRICS, {"model": MODEL, "device": None, "dtype": "float32"},
-            records={s.name: input_record(s.path) for s in shards},
-            caption_column=None, image_column=None, batch_size=4, embeddings=False,
-            score_columns=driver_scorer.columns(), image_size=driver_scorer.image_size, num_workers=1,
-            actor_class=DiesOnce,
-        )  # fmt: skip
-    finally:
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    failed = _run_on_ray(root / "in", tmp_path / "out", METRICS, 4, DiesOnce)
     assert marker.exists()  # the actor did die
     assert failed == {}
-    (out / "run.json").write_text((root / "local" / "run.json").read_text())
-    _assert_equal_to_local(root, out)
+    _assert_equal_to_local(root, tmp_path / "out")
 
 
 def test_unreadable_shards_are_reported_and_a_missing_model_fails_before_any_work(
@@ -172,10 +174,11 @@ def test_a_model_the_actors_cannot_load_fails_the_run_at_once(local_ray, corpus,
 
 
 class AlwaysDiesOnShardOne(ray_engine.ScoreActor):
-    """Kills its worker on every batch of shard 00001: an input that takes down whatever worker scores it."""
+    """Kills its worker on every batch holding a row of shard 00001: an input that takes down whatever worker
+    scores it."""
 
     def __call__(self, batch):
-        if str(batch["shard"][0]) == "00001":
+        if "00001" in ray_engine._received(batch["shard"]):
             os._exit(1)
         return super().__call__(batch)
 
@@ -185,30 +188,16 @@ def _timeout(signum, frame):
 
 
 def test_a_batch_that_kills_every_actor_ends_the_run_after_its_retries(local_ray, tmp_path):
-    from ray import cloudpickle
-
-    from capeval.corpus.row_scoring import RowScorer
-    from capeval.corpus.shards import list_shards
-
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
-    driver_scorer = RowScorer(["clipscore"], {"model": MODEL})
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(240)  # Ray Data's default (retry without end) would hang here
     try:
         # 1 + BATCH_RETRIES deaths of the actor on the same batch, then Ray's error
         with pytest.raises(ray.exceptions.RayError):
-            shards = list_shards(tmp_path / "in")
-            ray_engine.run_on_ray(
-                shards, tmp_path / "out", ["clipscore"], {"model": MODEL, "device": None, "dtype": "float32"},
-                records={s.name: input_record(s.path) for s in shards}, caption_column=None, image_column=None,
-                batch_size=4, embeddings=False, score_columns=driver_scorer.columns(),
-                image_size=driver_scorer.image_size, num_workers=1, actor_class=AlwaysDiesOnShardOne,
-            )  # fmt: skip
+            _run_on_ray(tmp_path / "in", tmp_path / "out", ["clipscore"], 4, AlwaysDiesOnShardOne)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert not (tmp_path / "out" / "scores" / "00001.parquet").exists()
 
 
@@ -365,8 +354,160 @@ def test_score_stage_builds_its_actors_with_the_pools_options(local_ray):
         ds = local_ray.data.from_items([{"x": 1}, {"x": 2}, {"x": 3}])
         pool = ray_engine._ActorPool(size=1, gpus=0.0, cpus=0.5, options={"model": "m", "device": "cpu"})
         constructor = {"metrics": ["clipscore", "refclipscore"], "embeddings": True}
-        rows = ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool).take_all()
+        rows = ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool, batch_size=2).take_all()
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert sorted(r["x"] for r in rows) == [1, 2, 3]
     assert {r["tag"] for r in rows} == {"clipscore,refclipscore@cpu:True"}
+
+
+def test_score_stage_with_gpu_actors_is_accepted_by_ray(local_ray):
+    # Ray Data refuses map_batches with GPUs and no batch size; building the plan needs no GPU.
+    ds = local_ray.data.from_items([{"x": 1}])
+    pool = ray_engine._ActorPool(size=1, gpus=1.0, cpus=1.0, options={"model": "m", "device": "cuda"})
+    constructor = {"metrics": ["clipscore"], "embeddings": False}
+    assert ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool, batch_size=8) is not None
+
+
+class RecordsBatchSizes(ray_engine.ScoreActor):
+    """Appends the row count of every batch it is called with to the file ``log`` names."""
+
+    log = ""  # set by the test; the class travels to the workers by value, attributes included
+
+    def __call__(self, batch):
+        with open(self.log, "a") as f:
+            f.write(f"{len(batch['key'])}\n")
+        return super().__call__(batch)
+
+
+def test_every_actor_call_holds_at_most_batch_size_rows_and_the_rows_equal_the_local_engines(
+    local_ray, tmp_path
+):
+    # 40 rows a shard: the read tasks' 5 batches of 8 come back from Ray joined into one block per shard.
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=40)
+    score_shards(
+        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=8, save_embeddings=True
+    )
+    RecordsBatchSizes.log = str(tmp_path / "batches.log")
+    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 8, RecordsBatchSizes, embeddings=True)
+    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
+    assert failed == {}
+    assert sum(sizes) == 80 and max(sizes) <= 8
+    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+
+
+def test_unreadable_shards_between_readable_ones_are_reported_with_small_batches_and_the_rest_scored(
+    local_ray, tmp_path
+):
+    write_shapes_shards(tmp_path / "in", shards=4, rows_per_shard=5, damaged=True)
+    (tmp_path / "in" / "00000.tar").write_bytes(b"not a tar" * 100)
+    (tmp_path / "in" / "00002.tar").write_bytes(b"")
+    score_shards(
+        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=3, save_embeddings=True
+    )
+    RecordsBatchSizes.log = str(tmp_path / "batches.log")
+    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 3, RecordsBatchSizes, embeddings=True)
+    assert sorted(failed) == ["00000", "00002"]
+    assert "00000" in failed["00000"] and "00002" in failed["00002"]
+    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
+    assert sum(sizes) == 12 and max(sizes) <= 3  # 5 + 5 rows and one failure row per unreadable shard
+    assert sorted(_table(tmp_path / "ray")) == ["00001", "00003"]
+    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+
+
+def _prepared_batch(folder, image_size, failure_at):
+    """The read stage's batches of the two shards in ``folder`` (two rows of the first, all of the second) with an
+    unreadable shard's failure row as part ``failure_at``, joined as Ray may hand them to one actor call."""
+    from capeval.corpus.row_scoring import prepare_rows
+    from capeval.corpus.shards import list_shards, read_shard
+
+    good = [read_shard(s) for s in list_shards(folder)]
+    parts = [
+        ray_engine._to_ray(prepare_rows(good[0][:2], image_size), len(good[0])),
+        ray_engine._to_ray(prepare_rows(good[1], image_size), len(good[1])),
+    ]
+    failure = ray_engine._failure_batch("00009", "shard 00009 is not a readable tar file", image_size)
+    parts.insert(failure_at, failure)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, good[0][:2] + good[1]
+
+
+@pytest.mark.parametrize(
+    ("failure_at", "shards"),
+    [(0, ["00009", "00000", "00000", "00001", "00001", "00001"]),
+     (1, ["00000", "00000", "00009", "00001", "00001", "00001"])],
+)  # fmt: skip
+def test_an_actor_scores_the_real_rows_of_a_batch_and_passes_a_failure_row_through_in_place(
+    tmp_path, failure_at, shards
+):
+    from capeval.corpus.row_scoring import RowScorer, prepare_rows
+
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3, damaged=True)
+    actor = ray_engine.ScoreActor(METRICS, {"model": MODEL}, embeddings=True)
+    batch, rows = _prepared_batch(tmp_path / "in", actor.scorer.image_size, failure_at)
+    out = actor(batch)
+    assert {len(v) for v in out.values()} == {6}
+    assert list(out["shard"]) == shards
+    at = shards.index("00009")
+    assert out["index"][at] == -1 and out["shard_rows"][at] == 0
+    assert out["key"][at] is None and out["caption"][at] is None
+    assert out["error"][at] == out["failure"][at] == "shard 00009 is not a readable tar file"
+    assert [f is None for f in out["failure"]] == [s != "00009" for s in shards]
+    assert all(np.isnan(out[c][at]) for c in actor.scorer.columns())
+    assert not out["image_embedding"][at].any() and not out["text_embedding"][at].any()
+    # The real rows score as they do in a batch of their own (shard 1's second row is a damaged JPEG).
+    scorer = RowScorer(METRICS, {"model": MODEL}, embeddings=True)
+    alone = scorer.score(prepare_rows(rows, scorer.image_size))
+    real = [i for i, s in enumerate(shards) if s != "00009"]
+    assert list(out["key"][real]) == alone["key"] and list(out["error"][real]) == alone["error"]
+    assert list(out["index"][real]) == list(alone["index"]) == [0, 1, 0, 1, 2]
+    assert list(out["shard_rows"][real]) == [3] * 5
+    for column in (*scorer.columns(), "image_embedding", "text_embedding"):
+        np.testing.assert_allclose(out[column][real], alone[column], atol=1e-6, equal_nan=True)
+    assert alone["error"][3].startswith("image of 000010001 cannot be read")
+
+
+class _Blocks:
+    """What ``_collect`` reads from a Ray dataset: its output blocks, in order."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+    def iter_batches(self, batch_size, batch_format):
+        return iter(self.blocks)
+
+
+def _scored_block(rows):
+    """An output block of the score stage from ``(shard, index, shard_rows, failure)`` rows."""
+    return {
+        "key": np.array([None if f else f"{s}-{i}" for s, i, _, f in rows], dtype=object),
+        "shard": np.array([s for s, *_ in rows], dtype=object),
+        "index": np.array([i for _, i, _, _ in rows], dtype=np.int64),
+        "caption": np.array([None if f else "a caption" for *_, f in rows], dtype=object),
+        "clipscore": np.array([np.nan if f else 0.25 + i for _, i, _, f in rows]),
+        "error": np.array([f for *_, f in rows], dtype=object),
+        "shard_rows": np.array([n for _, _, n, _ in rows], dtype=np.int64),
+        "failure": np.array([f for *_, f in rows], dtype=object),
+    }
+
+
+def test_collect_sorts_blocks_of_several_shards_and_failure_rows_out_by_shard(tmp_path):
+    blocks = _Blocks([
+        _scored_block([("a", 0, 3, None), ("a", 1, 3, None), ("b", -1, 0, "b is unreadable"), ("c", 1, 2, None)]),
+        _scored_block([("a", 1, 3, None), ("c", 0, 2, None), ("a", 2, 3, None)]),  # a's row 1 again: a retry
+    ])  # fmt: skip
+    records = {name: {"path": name} for name in "abc"}
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
+    assert failed == {"b": "b is unreadable"}
+    written = _table(tmp_path)
+    assert sorted(written) == ["a", "c"]
+    assert list(written["a"]["index"]) == [0, 1, 2] and list(written["a"].key) == ["a-0", "a-1", "a-2"]
+    assert list(written["c"]["index"]) == [0, 1] and list(written["c"].clipscore) == [0.25, 1.25]
+    assert set(written["a"].shard) == {"a"} and written["a"].error.isna().all()
+
+
+def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
+    blocks = _Blocks([_scored_block([("a", 0, 3, None), ("b", 0, 1, None), ("a", 2, 3, None)])])
+    records = {name: {"path": name} for name in "ab"}
+    with pytest.raises(RuntimeError, match=r"incomplete shards \(rows missing: \{'a': 1\}\)"):
+        ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
+    assert sorted(_table(tmp_path)) == ["b"]

@@ -7,9 +7,12 @@ The pipeline, streamed by Ray Data:
    geometric preprocessing) in batches, each row carrying its shard's row count;
 3. ``map_batches`` over an actor pool (``ScoreActor``): each actor loads the metrics' models once (one GPU
    per actor when the cluster has GPUs, else a fraction of a CPU so the read tasks keep CPUs: an actor
-   pool that takes every CPU starves the reads and hangs) and runs ``RowScorer.score``;
-4. the driver collects the scored rows per shard and writes a shard's file, atomically, as soon as all
-   its rows have arrived. A killed driver loses only the shards in flight; a rerun skips the rest.
+   pool that takes every CPU starves the reads and hangs) and runs ``RowScorer.score`` on at most
+   ``batch_size`` rows per call. Ray joins the read tasks' batches into blocks and cuts the actors' batches
+   from them, across blocks: one batch may hold the end of one shard, a failure row, the start of another;
+4. the driver collects the scored rows per shard (an output block may hold several) and writes a shard's file,
+   atomically, as soon as all its rows have arrived. A killed driver loses only the shards in flight; a rerun
+   skips the rest.
 
 Worker loss is Ray's to cover, with limits set here rather than Ray Data's defaults (which retry forever):
 a read task whose worker died is run again (``READ_TASK_RETRIES``); a dead actor is restarted
@@ -127,27 +130,36 @@ class ScoreActor:
         self.scorer = RowScorer(metrics, options, embeddings=embeddings)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        # Ray cuts the actors' batches across shards: a failure placeholder may share a batch with other
+        # shards' rows, so it is handled per row, and every column keeps the batch's order.
         failure = _received(batch["failure"])
-        if failure[0] is not None:  # a failure placeholder passes through unscored, with every column
-            out = {
-                k: batch[k] for k in ("key", "shard", "index", "caption", "error", "shard_rows", "failure")
+        real = np.array([f is None for f in failure], dtype=bool)
+        out = self._placeholders(batch, len(failure))
+        if real.any():
+            prepared = {
+                k: list(_text(_received(batch[k]))[real]) for k in ("key", "shard", "caption", "error")
             }
-            for column in self.scorer.columns():
-                out[column] = np.full(1, np.nan)
-            if self.scorer.embeddings:
-                dim = next(iter(self.scorer.scorers.values())).backbone.embed_dim
-                out["image_embedding"] = out["text_embedding"] = np.zeros((1, dim), np.float16)
-            return out
-        prepared = {k: _received(batch[k]) for k in ("key", "shard", "caption", "error")}
-        prepared["references"] = [
-            None if r is None else json.loads(r) for r in _received(batch["references"])
-        ]
-        prepared["index"] = batch["index"]
-        prepared["pixels"] = batch["pixels"]
-        scored = self.scorer.score(prepared)
-        out = {k: (v if isinstance(v, np.ndarray) else _text(v)) for k, v in scored.items()}
+            references = _text(_received(batch["references"]))[real]
+            prepared["references"] = [None if r is None else json.loads(r) for r in references]
+            prepared["index"] = batch["index"][real]
+            prepared["pixels"] = batch["pixels"][real]
+            for k, v in self.scorer.score(prepared).items():
+                out[k][real] = v if isinstance(v, np.ndarray) else _text(v)
         out["shard_rows"] = batch["shard_rows"]
         out["failure"] = _text(failure)
+        return out
+
+    def _placeholders(self, batch: dict[str, np.ndarray], n: int) -> dict[str, Any]:
+        """Every output column of ``n`` rows as a failure placeholder passes through: its key, shard, index,
+        caption and error as read, NaN scores, zero embeddings; the scored rows are written over them."""
+        out: dict[str, Any] = {k: _text(_received(batch[k])) for k in ("key", "shard", "caption", "error")}
+        out["index"] = np.array(batch["index"], dtype=np.int64)
+        for column in self.scorer.columns():
+            out[column] = np.full(n, np.nan)
+        if self.scorer.embeddings:
+            dim = next(iter(self.scorer.scorers.values())).backbone.embed_dim
+            out["image_embedding"] = np.zeros((n, dim), np.float16)
+            out["text_embedding"] = np.zeros((n, dim), np.float16)
         return out
 
 
@@ -196,7 +208,8 @@ def run_on_ray(
         "image_size": image_size,
     }
     ds = _read_stage(ray, shards, reads)
-    ds = _score_stage(ray, ds, actor_class, {"metrics": list(metrics), "embeddings": embeddings}, pool)
+    constructor = {"metrics": list(metrics), "embeddings": embeddings}
+    ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
     try:
         return _collect(ds, output, score_columns, embeddings, records)
     except ray.exceptions.RayActorError as err:
@@ -262,16 +275,18 @@ def _read_stage(ray, shards: list[Shard], reads: dict[str, Any]):
         )
 
 
-def _score_stage(ray, ds, actor_class: type, constructor: dict[str, Any], pool: _ActorPool):
+def _score_stage(ray, ds, actor_class: type, constructor: dict[str, Any], pool: _ActorPool, batch_size: int):
     """``ds`` scored by a pool of ``actor_class`` actors, each built with ``constructor`` (``metrics``,
-    ``embeddings``) and the pool's options; a dead actor is restarted and its batch resubmitted
-    ``BATCH_RETRIES`` times."""
+    ``embeddings``) and the pool's options, called with at most ``batch_size`` rows at a time; a dead actor is
+    restarted and its batch resubmitted ``BATCH_RETRIES`` times."""
     with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.map_batches(
             actor_class,
             fn_constructor_kwargs={**constructor, "options": pool.options},
-            batch_size=None,  # one prepared batch per call: the read tasks already cut them at batch_size
+            # Ray joins the read tasks' batches into blocks; None would hand an actor a whole block (thousands
+            # of rows in one forward pass). A size re-cuts them across blocks; Ray refuses None with GPUs.
+            batch_size=batch_size,
             compute=ray.data.ActorPoolStrategy(size=pool.size),
             num_gpus=pool.gpus or None,
             num_cpus=pool.cpus,
@@ -306,27 +321,35 @@ def _retry_limits(ds, **limits: int) -> dict[str, int]:
 def _collect(
     ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict]
 ) -> dict[str, str]:
-    """Gather scored rows per shard on the driver; write each shard when its last row arrives."""
+    """Gather scored rows per shard on the driver; write each shard when its last row arrives.
+
+    A block Ray returns may hold rows of several shards, failure placeholders among them (the score stage cuts
+    its batches across shards, and Ray joins its outputs into blocks), so rows are sorted out by their shard.
+    """
     pending: dict[str, list[dict[str, Any]]] = {}
     counts: dict[str, int] = {}
     seen: dict[str, set[int]] = {}
     failed: dict[str, str] = {}
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         batch.update({k: _text(_received(batch[k])) for k in _TEXT_COLUMNS if k in batch})
-        shard = str(batch["shard"][0])
-        if batch["failure"][0] is not None:
-            failed[shard] = str(batch["failure"][0])
-            continue
-        # A retried task may deliver a batch twice: each row index is kept once.
-        fresh = np.array([int(i) not in seen.setdefault(shard, set()) for i in batch["index"]], dtype=bool)
-        if not fresh.any():
-            continue
-        seen[shard].update(int(i) for i in batch["index"][fresh])
-        part = {k: v[fresh] for k, v in batch.items() if k not in ("shard_rows", "failure")}
-        pending.setdefault(shard, []).append(part)
-        counts[shard] = int(batch["shard_rows"][0])
-        if len(seen[shard]) == counts[shard]:
-            _write(output, shard, pending.pop(shard), score_columns, embeddings, records[shard])
+        shards = np.array([str(s) for s in batch["shard"]], dtype=object)
+        live = np.array([f is None for f in batch["failure"]], dtype=bool)
+        for shard, why in zip(shards[~live], batch["failure"][~live], strict=True):
+            failed[shard] = str(why)
+        for shard in dict.fromkeys(shards[live]):
+            mine = live & (shards == shard)
+            # A retried task may deliver a batch twice: each row index is kept once.
+            known = seen.setdefault(shard, set())
+            fresh = np.array([int(i) not in known for i in batch["index"]], dtype=bool) & mine
+            if not fresh.any():
+                continue
+            known.update(int(i) for i in batch["index"][fresh])
+            pending.setdefault(shard, []).append(
+                {k: v[fresh] for k, v in batch.items() if k not in ("shard_rows", "failure")}
+            )
+            counts[shard] = int(batch["shard_rows"][fresh][0])
+            if len(known) == counts[shard]:
+                _write(output, shard, pending.pop(shard), score_columns, embeddings, records[shard])
     if pending:
         missing = {s: counts[s] - len(seen[s]) for s in pending}
         raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")

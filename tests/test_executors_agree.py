@@ -1,0 +1,174 @@
+"""The local and Ray executors fed the same odd and hostile shards write the same rows: every column of every
+row (key, shard, index, caption, error, scores), the same shards reported unreadable, the same summary.
+
+Batches of 3 rows cut the shards mid-way, so on Ray one actor call holds the end of one shard, an unreadable
+shard's failure row or the start of the next."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tarfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("ray")
+
+from capeval.corpus.shard_run import score_shards  # noqa: E402
+from capeval.diagnostics.categories import DuplicateKeyWarning  # noqa: E402
+from capeval.testing.shapes import shapes_clip_path  # noqa: E402
+from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+
+pytestmark = pytest.mark.slow
+MODEL = str(shapes_clip_path())
+METRICS = ["clipscore", "refclipscore"]
+SCORES = ("clipscore", "refclipscore", "clip_s")
+BATCH = 3
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def _parquet_shards(folder, samples):
+    """Parquet shards whose cells a reader could take several ways: references as one string, references as
+    binary, empty and null captions, null references, and a last shard without a caption column."""
+    folder.mkdir()
+    keys = list(samples)
+    jpg = [samples[k]["image"] for k in keys]
+    caption = [samples[k]["caption"] for k in keys]
+    refs = [samples[k]["references"] for k in keys]
+    pq.write_table(pa.table({
+        "key": keys[0:3], "jpg": jpg[0:3], "caption": [caption[0], "", None],
+        "references": pa.array(["a red circle"] * 3, pa.string()),
+    }), folder / "00000.parquet")  # fmt: skip
+    pq.write_table(pa.table({
+        "key": keys[3:5], "jpg": jpg[3:5], "caption": caption[3:5],
+        "references": pa.array([b"a red circle", b'["a red circle"]'], pa.binary()),
+    }), folder / "00001.parquet")  # fmt: skip
+    pq.write_table(pa.table({
+        "key": keys[5:11], "jpg": jpg[5:11],
+        "caption": [caption[5], "", None, caption[8], caption[9], caption[10]],
+        "references": pa.array([refs[5], refs[6], refs[7], None, refs[9], refs[10]], pa.list_(pa.string())),
+    }), folder / "00002.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table({"key": keys[11:12], "jpg": jpg[11:12], "alt": caption[11:12]}), folder / "00003.parquet"
+    )
+
+
+def _tar_shards(folder, samples):
+    """img2dataset's tars, damaged (shard 1: a corrupt JPEG, an empty .txt caption; shard 2: cut inside its last
+    member), then a tar using one key twice and an unreadable one."""
+    write_shapes_shards(folder, shards=3, rows_per_shard=4, damaged=True)
+    members = []
+    for key, sample in zip(["a", "b", "a", "c"], list(samples.values())[:4], strict=True):
+        members += [(f"{key}.jpg", sample["image"]), (f"{key}.txt", sample["caption"].encode()),
+                    (f"{key}.json", json.dumps({"references": sample["references"]}).encode())]  # fmt: skip
+    _tar(folder / "00003.tar", members)
+    (folder / "00004.tar").write_bytes(b"not a tar" * 100)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each source scored by both executors: ``{source: (local result, ray result)}``."""
+    import ray
+
+    root = tmp_path_factory.mktemp("agree")
+    samples = write_shapes_shards(root / "src", shards=1, rows_per_shard=12, kind="parquet")
+    _parquet_shards(root / "parquet", samples)
+    _tar_shards(root / "tars", samples)
+    if not ray.is_initialized():  # conftest's local_ray, which is per test: here Ray serves the module's runs
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    results = {}
+    for source in ("parquet", "tars"):
+        pair = []
+        for engine in ("local", "ray"):
+            # The tars' repeated key is warned of once per run, by both executors.
+            with pytest.warns(DuplicateKeyWarning) if source == "tars" else contextlib.nullcontext():
+                pair.append(score_shards(root / source, root / f"{source}-{engine}", METRICS, model=MODEL,
+                                         batch_size=BATCH, engine=engine))  # fmt: skip
+        results[source] = tuple(pair)
+    return results
+
+
+def _rows(result):
+    return {f.stem: pq.read_table(f).to_pydict() for f in sorted(result.scores.glob("*.parquet"))}
+
+
+def _assert_equal_rows(local, remote):
+    a, b = _rows(local), _rows(remote)
+    assert sorted(a) == sorted(b)
+    for shard in a:
+        assert list(a[shard]) == list(b[shard])  # the same columns, in the same order
+        for column in a[shard]:
+            if column in SCORES:
+                np.testing.assert_allclose(
+                    np.array(b[shard][column], dtype=float), np.array(a[shard][column], dtype=float),
+                    atol=1e-6, equal_nan=True, err_msg=f"{shard}.{column}",
+                )  # fmt: skip
+            else:
+                assert b[shard][column] == a[shard][column], f"{shard}.{column}"
+
+
+def _errors(result):
+    return {(s, k): e for s, t in _rows(result).items() for k, e in zip(t["key"], t["error"], strict=True)}
+
+
+def test_parquet_shards_with_odd_cells_give_equal_rows_on_both_executors(runs):
+    local, remote = runs["parquet"]
+    _assert_equal_rows(local, remote)
+    errors = _errors(remote)
+    keys = sorted(k for _, k in errors)
+    assert sorted(errors) == [("00000", k) for k in keys[0:3]] + [("00001", k) for k in keys[3:5]] + [
+        ("00002", k) for k in keys[5:11]
+    ]
+    assert errors[("00000", keys[0])] == (
+        f"row {keys[0]} has references given as one string ('a red circle'), not a list of strings"
+    )
+    assert errors[("00000", keys[1])] == f"row {keys[1]} has an empty caption in column 'caption'"
+    assert errors[("00000", keys[2])] == f"row {keys[2]} has no caption in column 'caption'"
+    assert errors[("00001", keys[3])] == (
+        f"row {keys[3]} has references stored as binary (12 bytes), not a list of strings"
+    )
+    assert errors[("00002", keys[8])] == f"row {keys[8]} has no references (refclipscore needs them)"
+    assert [errors[("00002", k)] for k in (keys[5], keys[9], keys[10])] == [None] * 3
+    assert remote.summary["scored"] == local.summary["scored"] == 3
+
+
+def test_webdataset_tars_with_damage_give_equal_rows_on_both_executors(runs):
+    local, remote = runs["tars"]
+    _assert_equal_rows(local, remote)
+    errors = _errors(remote)
+    assert errors[("00001", "000010001")].startswith("image of 000010001 cannot be read")
+    assert errors[("00001", "000010002")] == "sample 000010002 has an empty caption (.txt)"
+    last = errors[("00002", "000020003")]
+    assert "truncated" in last or "tar ends inside a member" in last
+    rows = _rows(remote)["00003"]
+    assert rows["key"] == ["a", "b", "a", "c"] and rows["index"] == [0, 1, 2, 3]
+    assert rows["error"][0].startswith("key a names 2 samples of this shard (rows [0, 2]")
+    assert rows["error"][2].startswith("key a names 2 samples of this shard (rows [0, 2]")
+    assert rows["error"][1] is None and rows["error"][3] is None
+    assert remote.summary["scored"] == local.summary["scored"] == 4 + 2 + 3 + 2
+
+
+@pytest.mark.parametrize("source", ["parquet", "tars"])
+def test_both_executors_report_the_same_unreadable_shards_and_summary(runs, source):
+    local, remote = runs[source]
+    assert (
+        list(remote.summary["failed_shards"])
+        == list(local.summary["failed_shards"])
+        == ["00003" if source == "parquet" else "00004"]
+    )
+    assert remote.summary["failed_shards"] == local.summary["failed_shards"]
+    for field in ("rows", "scored", "errors", "error_kinds", "shards"):
+        assert remote.summary[field] == local.summary[field], field
+    for metric, mean in local.summary["mean"].items():
+        assert remote.summary["mean"][metric] == pytest.approx(mean, abs=1e-6)
