@@ -331,6 +331,8 @@ def test_each_task_is_a_subcommand_with_the_options_of_its_task_only():
     )
     assert {"--references-json", "--baseline", "--vectors", "--format", "--metric"}.isdisjoint(corpus)
     assert {"--metrics", "--model", "--device", "--batch-size", "--w"} <= score & corpus
+    assert "--metrics" in _options("compare") and "--metric" not in _options("compare")
+    assert "--metrics" in _options("bench") and "--metric" not in _options("bench")
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def test_compare_json_equals_the_api_on_the_aligned_scores(two_systems, capsys):
         "compare",
         path_a,
         path_b,
-        "--metric",
+        "--metrics",
         "clipscore",
         "--method",
         "bootstrap",
@@ -114,7 +114,7 @@ def test_ids_in_one_file_only_are_refused_and_named(two_systems, capsys):
 
 def test_an_unknown_metric_is_refused_listing_what_the_files_hold(two_systems, capsys):
     path_a, path_b, _ = two_systems
-    assert main(["compare", path_a, path_b, "--metric", "wmd"]) == 2
+    assert main(["compare", path_a, path_b, "--metrics", "wmd"]) == 2
     assert "no 'wmd' scores in both files (A has CLIPScore, RefCLIPScore" in capsys.readouterr().err
 
 
@@ -188,3 +188,14 @@ def test_finite_scores_of_1e308_are_refused_naming_the_file_metric_and_image(tmp
         "rescale the scores to compare them"
     )
     assert "p = " not in captured.out
+
+
+def test_several_metrics_follow_one_flag(two_systems, capsys):
+    path_a, path_b, _ = two_systems
+    assert (
+        main(["compare", path_a, path_b, "--metrics", "clipscore", "refclipscore", "--format", "json"]) == 0
+    )
+    assert [c["metric"] for c in json.loads(capsys.readouterr().out)["comparisons"]] == [
+        "CLIPScore",
+        "RefCLIPScore",
+    ]

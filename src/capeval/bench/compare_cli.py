@@ -132,7 +132,7 @@ def compare_command(args: argparse.Namespace) -> int:
     rows_a = read_per_instance(args.a_json)
     rows_b = read_per_instance(args.b_json)
     ids = pair_scores(rows_a, rows_b, names)
-    metrics = choose_metrics(_columns(rows_a, args.a_json), _columns(rows_b, args.b_json), args.metric)
+    metrics = choose_metrics(_columns(rows_a, args.a_json), _columns(rows_b, args.b_json), args.metrics)
     results = []
     for column_a, column_b in metrics:
         a, b = [rows_a[i][column_a] for i in ids], [rows_b[i][column_b] for i in ids]
@@ -186,10 +186,11 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("a_json", help="per-image scores of system A (capeval score --save-per-instance)")
     parser.add_argument("b_json", help="per-image scores of system B, on the same image ids")
     parser.add_argument(
-        "--metric",
-        action="append",
+        "--metrics",
+        nargs="+",
+        action="extend",
         metavar="NAME",
-        help="metric to compare (e.g. CLIPScore or clipscore; repeatable; default: every metric both files hold)",
+        help="metrics to compare (e.g. CLIPScore or clipscore; default: every metric both files hold)",
     )
     parser.add_argument(
         "--method",
