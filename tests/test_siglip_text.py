@@ -4,6 +4,8 @@
   released ``tokenizer_config.json`` says ``do_lower_case: true``, which transformers' ``GemmaTokenizer`` ignores:
   capeval lower-cases, says so in the signature, and leaves SigLIP (whose T5 tokenizer lower-cases by itself) and
   tokenizers without the flag alone.
+- SigLIP was trained on texts padded to 64 without an attention mask, pooling the last position: capeval passes no
+  mask, so its embedding is the model's ids-only call and not the masked ``model(**processor(...))`` one.
 
 The models are tiny random ones built offline (``capeval.testing.tiny_families``); the SigLIP 2 one carries a Gemma
 tokenizer whose files are laid out as the released ones (see ``gemma_tokenizer``).
@@ -16,12 +18,17 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.families import FAMILIES, lower_cases, tokenize_texts
+from capeval.clip.text_encoding import encode_texts
 from capeval.corpus.embedding_cache import text_namespace
 from capeval.testing.tiny_families import build_tiny_family, build_tiny_siglip2
+
+CAPTIONS = ["a photo of a dog running on the beach", "a red square and a blue circle", "a man", "a big cat"]
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +182,24 @@ def test_a_clip_tokenizer_is_never_judged_for_lower_casing(tiny_clip_dir):
     tok = AutoTokenizer.from_pretrained(str(tiny_clip_dir))
     assert not lower_cases(FAMILIES["clip"], tok)
     assert not capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu").backbone.lowercase
+
+
+# -- no attention mask -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["siglip", "siglip2"])
+def test_siglip_text_embedding_is_the_ids_only_call_and_not_the_masked_one(folders, name):
+    from transformers import AutoModel, AutoProcessor
+
+    folder = folders[name]
+    processor = AutoProcessor.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    inputs = processor(text=CAPTIONS, padding="max_length", truncation=True, return_tensors="pt")
+    assert "attention_mask" in inputs  # what model(**inputs) would pass
+    with torch.no_grad():
+        ids_only = F.normalize(model.get_text_features(input_ids=inputs["input_ids"]).pooler_output, dim=-1)
+        masked = F.normalize(model.get_text_features(**inputs).pooler_output, dim=-1)
+    ours = encode_texts(load_backbone(str(folder), device="cpu"), CAPTIONS, prefix=None)
+    torch.testing.assert_close(ours, ids_only, atol=1e-5, rtol=0)
+    # The mask lets the pooled (pad) position read the caption's tokens only, unlike training: a different vector.
+    assert (1 - (ours * masked).sum(-1)).min() > 0.05
