@@ -22,7 +22,7 @@ import torch
 
 from capeval.clip.checkpoints.files import check_finite
 from capeval.clip.devices import DTYPES, resolve_device, resolve_dtype
-from capeval.clip.families import CLIP, Family, context_length
+from capeval.clip.families import CLIP, Family, context_length, lower_cases
 from capeval.clip.image_constants import (
     PREPROCESSOR_FILE,
     ImageConstants,
@@ -62,6 +62,8 @@ class Backbone:
             (``laion/CLIP-ViT-L-14-laion2B-s32B-b82K``), or ``None`` when the model's preprocessor config gave them.
         family: the model class and its conventions (``capeval.clip.families``); for families other than CLIP,
             ``image_size`` is a ``ProcessorGeometry`` and ``context_length`` the tokenizer's text length.
+        lowercase: captions and the prompt are lower-cased (ASCII) before the tokenizer, because the tokenizer files
+            ask for it and the transformers tokenizer does not do it (SigLIP 2: ``families.lower_cases``).
         live: a model object the caller holds (``capeval.clip.in_memory``): scored in eval mode with its modes
             restored, its weights named in ``revision`` at each call (``refresh``: the hash is kept per model
             object until one of its tensors changes), the wrapper itself never cached.
@@ -80,6 +82,7 @@ class Backbone:
     weights: str | None = None
     origin: str | None = None
     family: Family = CLIP
+    lowercase: bool = False
     live: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -341,6 +344,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         weights=weights_tag,
         origin=constants.origin,
         family=family,
+        lowercase=lower_cases(family, tokenizer),
     )
 
 

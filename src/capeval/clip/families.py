@@ -5,7 +5,11 @@ A family is decided by the ``model_type`` of a model's ``config.json``. Each kee
 - its image processor's geometry and normalisation, read by transformers itself from the model's
   ``preprocessor_config.json`` (so a key the file omits takes the processor class's default), turned into
   ``capeval.clip.image_geometry.ProcessorGeometry`` and per-channel constants for the fast uint8 path;
-- its tokenizer, run as it is (its own lower-casing, special tokens, truncation that keeps the closing token);
+- its tokenizer, run as it is (its own lower-casing, special tokens, truncation that keeps the closing token),
+  with one exception: SigLIP 2's released tokenizer files ask for lower-casing (``do_lower_case: true`` in
+  ``tokenizer_config.json``; big_vision lower-cased every text before its Gemma tokenizer), and transformers'
+  ``GemmaTokenizer`` ignores the flag, so capeval lower-cases (ASCII, as big_vision) before tokenising
+  (``lower_cases``; the signature says ``lowercase=ascii``);
 - its text padding: SigLIP pools the hidden state at the *last* position, a pad token in training (big_vision
   padded every text to 64 tokens and gave the tower no attention mask; transformers' ``SiglipModel`` docs: "make
   sure to set padding='max_length' as that's how the model was trained"), so its texts are padded to the
@@ -31,7 +35,7 @@ import torch
 
 from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
-from capeval.clip.tokenization import PREFIX, tokenize_captions
+from capeval.clip.tokenization import PREFIX, ascii_lower, tokenize_captions
 
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
@@ -53,6 +57,8 @@ class Family:
             (``None``: the tokenizer's ``model_max_length``).
         positions_after_pad: RoBERTa-style position ids, numbered from ``pad_token_id + 1`` (AltCLIP).
         pools_first: the pooled text state is the first token's ([CLS]), not end-of-text's.
+        follows_do_lower_case: the ``do_lower_case`` of its tokenizer files is what it was trained with, and capeval
+            lower-cases captions where that says so and the transformers tokenizer does not (``lower_cases``).
     """
 
     name: str
@@ -64,6 +70,7 @@ class Family:
     max_length: int | None = None
     positions_after_pad: bool = False
     pools_first: bool = False
+    follows_do_lower_case: bool = False
 
     @property
     def default_prefix(self) -> str:
@@ -91,7 +98,12 @@ CLIP = Family("clip", "CLIPModel", "CLIPConfig")
 FAMILIES: dict[str, Family] = {
     "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
     "siglip": Family(
-        "siglip", "SiglipModel", "SiglipConfig", text_padding="max_length", token_projection="text_model.head"
+        "siglip",
+        "SiglipModel",
+        "SiglipConfig",
+        text_padding="max_length",
+        token_projection="text_model.head",
+        follows_do_lower_case=True,
     ),  # SigLIP and the fixed-resolution SigLIP 2 checkpoints (model_type "siglip", Gemma tokenizer)
     # AlignProcessor's text defaults: padding="max_length", max_length=64 (transformers processing_align.py).
     "align": Family("align", "AlignModel", "AlignConfig", max_length=64, pools_first=True),
@@ -293,12 +305,42 @@ def check_tokenizer(family: Family, tokenizer, text_config, where: str) -> None:
         )
 
 
+# One sentence in two cases: a tokenizer that lower-cases by itself gives both the same ids.
+_CASE_PROBE = "A Photo Of A Dog"
+
+
+def lower_cases(family: Family, tokenizer) -> bool:
+    """Whether capeval lower-cases captions (and the prompt) before ``tokenizer``: the family was trained with what
+    its tokenizer files' ``do_lower_case`` says, they say true, and the tokenizer as transformers built it does not
+    lower-case by itself.
+
+    The flag is read where transformers keeps ``tokenizer_config.json``'s entries (``init_kwargs``), so a folder, a
+    Hub snapshot and a tokenizer object held in memory decide alike. SigLIP 2's Gemma tokenizer files set it and
+    ``GemmaTokenizer`` ignores it: capeval lower-cases. SigLIP's T5 tokenizer (``SiglipTokenizer``) lower-cases
+    itself when its flag is set: nothing to add, and its signatures stay as they were. Should transformers one day
+    honour the flag, the probe finds the tokenizer lower-casing and capeval stops (lower-casing twice would change
+    nothing either: ``ascii_lower`` is idempotent).
+    """
+    if not family.follows_do_lower_case:
+        return False
+    if (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case") is not True:
+        return False
+    mixed, lower = tokenizer([_CASE_PROBE, _CASE_PROBE.lower()], add_special_tokens=True)["input_ids"]
+    return list(mixed) != list(lower)
+
+
 def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
     """Token ids of captions for ``backbone`` (prefix already joined) and how many were cut to its length.
 
     CLIP: the authors' cleaning and BPE (``tokenize_captions``). Other families: their tokenizer as it is, cutting
-    over-long captions with its own truncation (which keeps the closing special token).
+    over-long captions with its own truncation (which keeps the closing special token). A backbone whose tokenizer
+    files ask for lower-casing that its tokenizer skips (``Backbone.lowercase``: SigLIP 2) has its texts
+    lower-cased first.
     """
+    if getattr(backbone, "lowercase", False):
+        # Here, before either path (CLIP's word cache included): every caption, reference, prompt and idf text
+        # reaches the tokenizer through this function, so none is tokenised un-lowered.
+        texts = [ascii_lower(t) for t in texts]
     family = getattr(backbone, "family", CLIP)
     if family.is_clip:
         return tokenize_captions(backbone.tokenizer, texts, backbone.context_length)
@@ -382,6 +424,9 @@ def signature_fields(backbone) -> dict[str, str]:
     if isinstance(backbone.image_size, ProcessorGeometry):
         fields["image_resize"] = backbone.image_size.describe()
     fields["text"] = f"{family.text_padding}:{backbone.context_length}"
+    if getattr(backbone, "lowercase", False):
+        # Only where capeval lower-cases and transformers does not (SigLIP 2): other signatures stay as they were.
+        fields["lowercase"] = "ascii"
     return fields
 
 

@@ -334,7 +334,7 @@ def model_object_fields(model, device, dtype) -> dict:
             whose steps capeval does not reproduce, no way to know the image constants, or a device/dtype other
             than the model's.
     """
-    from capeval.clip.families import context_length, family_of
+    from capeval.clip.families import context_length, family_of, lower_cases
 
     module, tokenizer, image_processor = split_model_object(model)
     where = f"model object {model_object_id(module)}"
@@ -363,6 +363,7 @@ def model_object_fields(model, device, dtype) -> dict:
         "context_length": context_length(family, tokenizer, config),
         "origin": constants.origin,
         "family": family,
+        "lowercase": lower_cases(family, tokenizer),
         "live": True,
     }
 

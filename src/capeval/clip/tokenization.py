@@ -51,6 +51,17 @@ def clean_caption(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+# A-Z to a-z and nothing else: big_vision's ``lower`` op, which SigLIP 2's text pipeline runs before the Gemma
+# tokenizer, is ``tf.strings.lower`` without an encoding, i.e. ``absl::AsciiStrToLower`` (TensorFlow's
+# string_lower_op.cc); Python's ``str.lower`` would also fold "É", "Σ" or "Д", which big_vision leaves as they are.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """``text`` with ASCII capitals lower-cased and every other character kept (idempotent)."""
+    return text.translate(_ASCII_LOWER)
+
+
 def with_prefix(text: str, prefix: str | None) -> str:
     """``prefix + " " + text`` as the CLIPScore code joins them (one space added when missing)."""
     if not prefix:

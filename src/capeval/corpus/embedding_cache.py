@@ -92,10 +92,12 @@ def image_namespace(backbone: Backbone) -> str:
 
 
 def text_namespace(backbone: Backbone, prefix: str | None) -> str:
-    """Everything that changes a caption embedding: weights, dtype, prompt prefix and context length."""
+    """Everything that changes a caption embedding: weights, dtype, prompt prefix, context length, and lower-casing
+    where capeval adds it (SigLIP 2; named only there, so every other model's stored embeddings keep their keys)."""
+    lowercase = "|lowercase=ascii" if backbone.lowercase else ""
     return (
         f"text|model={backbone.name}|weights={backbone.weights}|dtype={backbone.dtype_name}"
-        f"|prefix={prefix!r}|context={backbone.context_length}"
+        f"|prefix={prefix!r}|context={backbone.context_length}{lowercase}"
     )
 
 

@@ -5,8 +5,9 @@ processor files (``preprocessor_config.json`` and ``processor_config.json``) sav
 processor, so ``AutoProcessor.from_pretrained(folder)`` prepares inputs the way the family was trained. Vocabularies
 are made here: a WordPiece ``vocab.txt`` for the BERT tokenizers (ALIGN, Chinese-CLIP), a SentencePiece unigram
 model trained on a few sentences for SigLIP's T5 tokenizer, and a ``tokenizers`` Unigram vocabulary for the
-XLM-RoBERTa tokenizers (AltCLIP, MetaCLIP 2). The networks are random: scores mean nothing, but every step
-between a caption or an image and its embedding is the family's.
+XLM-RoBERTa tokenizers (AltCLIP, MetaCLIP 2), and a byte-fallback BPE trained here for the Gemma tokenizer of the
+fixed-resolution SigLIP 2 checkpoints (``build_tiny_siglip2``). The networks are random: scores mean nothing, but
+every step between a caption or an image and its embedding is the family's.
 """
 
 from __future__ import annotations
@@ -85,6 +86,40 @@ def xlm_roberta_tokenizer(max_length: int):
     return XLMRobertaTokenizer(vocab=pieces, model_max_length=max_length)
 
 
+def gemma_tokenizer(max_length: int = 64, do_lower_case: bool | None = True, corpus: list[str] | None = None):
+    """A Gemma tokenizer laid out as the fixed-resolution SigLIP 2 checkpoints ship theirs.
+
+    As the released files (google/siglip2-base-patch16-224: ``tokenizer_config.json`` beside ``tokenizer.json``):
+    ``tokenizer_class: GemmaTokenizer`` with ``do_lower_case: true``, Gemma's special ids (``<pad>`` 0, ``<eos>`` 1,
+    ``<bos>`` 2, ``<unk>`` 3, ``<mask>`` 4). As transformers' SigLIP 2 conversion script builds the tokenizer:
+    ``<eos>`` added and no ``<bos>`` (big_vision tokenised with ``bos="no", eos="sticky"``), padding on the right;
+    64 text positions, the length SigLIP 2 was trained with. The vocabulary is a byte-fallback BPE trained on a few
+    sentences (Gemma's byte pieces ``<0x00>``..``<0xFF>`` included, so capitals and accents never become ``<unk>``).
+    ``do_lower_case=None`` leaves the flag out of the files; ``corpus`` replaces the sentences it is trained on.
+    """
+    import json
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import GemmaTokenizer
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # GemmaTokenizer's normaliser; merges are learnt within words ("▁dog", never "g▁a"), as SentencePiece learnt
+    # Gemma's, so a caption gets about a token a word.
+    backend.normalizer = normalizers.Replace(" ", "▁")
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="▁", behavior="merged_with_next")
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000, special_tokens=specials + [f"<0x{b:02X}>" for b in range(256)], show_progress=False
+    )
+    backend.train_from_iterator([" " + line for line in (corpus or _CORPUS) * 5], trainer)
+    merges = [tuple(m) for m in json.loads(backend.to_str())["model"]["merges"]]
+    flag = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
+    return GemmaTokenizer(
+        vocab=backend.get_vocab(), merges=merges, add_bos_token=False, add_eos_token=True, padding_side="right",
+        model_max_length=max_length, **flag,
+    )  # fmt: skip
+
+
 def _save(model, processor, folder: Path) -> Path:
     model.save_pretrained(str(folder), safe_serialization=True)
     processor.save_pretrained(str(folder))
@@ -160,3 +195,31 @@ def build_tiny_family(name: str, folder: str | Path) -> Path:
                 f.unlink()
             (folder / scratch).rmdir()
     return folder
+
+
+def build_tiny_siglip2(folder: str | Path, do_lower_case: bool | None = True) -> Path:
+    """Save a tiny random fixed-resolution SigLIP 2: a ``SiglipModel`` (model_type ``siglip``, as the released
+    google/siglip2-*-patchNN-RES checkpoints) with the Gemma tokenizer of ``gemma_tokenizer`` and a
+    ``SiglipProcessor``.
+
+    Returns:
+        Path: the folder.
+    """
+    import transformers as tf
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(len(FAMILY_NAMES) + 1)  # a seed no family of build_tiny_family uses
+    tok = gemma_tokenizer(do_lower_case=do_lower_case)
+    text = _text(
+        len(tok),
+        64,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    config = tf.SiglipConfig(text_config=text, vision_config=_vision())
+    images = tf.SiglipImageProcessorPil(size={"height": 32, "width": 32}, resample=3)
+    return _save(
+        tf.SiglipModel(config).eval(), tf.SiglipProcessor(image_processor=images, tokenizer=tok), folder
+    )

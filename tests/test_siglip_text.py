@@ -1,0 +1,205 @@
+"""SigLIP's text side as it was trained, where transformers' defaults differ.
+
+- SigLIP 2 lower-cased every text before its Gemma tokenizer (big_vision's ``lower`` op, ASCII only), and its
+  released ``tokenizer_config.json`` says ``do_lower_case: true``, which transformers' ``GemmaTokenizer`` ignores:
+  capeval lower-cases, says so in the signature, and leaves SigLIP (whose T5 tokenizer lower-cases by itself) and
+  tokenizers without the flag alone.
+- SigLIP was trained on texts padded to 64 without an attention mask, pooling the last position: capeval passes no
+  mask, so its embedding is the model's ids-only call and not the masked ``model(**processor(...))`` one.
+
+The models are tiny random ones built offline (``capeval.testing.tiny_families``); the SigLIP 2 one carries a Gemma
+tokenizer whose files are laid out as the released ones (see ``gemma_tokenizer``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import capeval
+from capeval.clip.backbones import load_backbone
+from capeval.clip.families import FAMILIES, lower_cases, tokenize_texts
+from capeval.clip.text_encoding import encode_texts
+from capeval.corpus.embedding_cache import text_namespace
+from capeval.testing.tiny_families import build_tiny_family, build_tiny_siglip2
+
+CAPTIONS = ["a photo of a dog running on the beach", "a red square and a blue circle", "a man", "a big cat"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("siglip_text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "siglip2": build_tiny_siglip2(root / "siglip2"),
+            "siglip2_no_flag": build_tiny_siglip2(root / "siglip2_no_flag", do_lower_case=None),
+            "siglip2_flag_false": build_tiny_siglip2(root / "siglip2_flag_false", do_lower_case=False),
+            "siglip": build_tiny_family("siglip", root / "siglip"),
+        }
+
+
+def _image():
+    return np.random.default_rng(5).integers(0, 256, (40, 52, 3), dtype=np.uint8)
+
+
+def _ids(backbone, texts):
+    return tokenize_texts(backbone, list(texts))[0]
+
+
+# -- SigLIP 2: lower-cased as trained ------------------------------------------------------------------------
+
+
+def test_siglip2_test_files_carry_what_the_released_ones_decide_lower_casing_by(folders):
+    # google/siglip2-base-patch16-224: model_type "siglip" in config.json; tokenizer_config.json names the Gemma
+    # tokenizer and sets do_lower_case.
+    config = json.loads((folders["siglip2"] / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "GemmaTokenizer" and config["do_lower_case"] is True
+    assert json.loads((folders["siglip2"] / "config.json").read_text())["model_type"] == "siglip"
+
+
+def test_siglip2_captions_in_any_case_get_the_same_ids_and_the_same_score(folders):
+    scorer = capeval.CLIPScore(model=str(folders["siglip2"]), device="cpu")
+    assert scorer.backbone.lowercase
+    first, second = _ids(scorer.backbone, ["A Red Bus", "a red bus"])
+    assert first == second
+    result = scorer(["A Red Bus", "a red bus", "A RED BUS"], images=[_image()] * 3)
+    assert result["scores"][0] == result["scores"][1] == result["scores"][2]
+
+
+def test_transformers_gemma_tokenizer_still_ignores_the_released_do_lower_case(folders):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folders["siglip2"]))
+    assert type(tok).__name__ == "GemmaTokenizer" and tok.init_kwargs["do_lower_case"] is True
+    theirs_mixed, theirs_lower = tok(["A Red Bus", "a red bus"])["input_ids"]
+    # Should this fail, transformers honours the flag now: capeval's lower_cases() then returns False by itself
+    # (see the next test), and README's model-family table must stop saying that transformers does not lower-case.
+    assert theirs_mixed != theirs_lower, (
+        "transformers' GemmaTokenizer now lower-cases SigLIP 2 captions itself"
+    )
+    backbone = load_backbone(str(folders["siglip2"]), device="cpu")
+    assert _ids(backbone, ["A Red Bus"]) == [list(theirs_lower)]
+
+
+def test_a_tokenizer_that_lower_cases_by_itself_is_not_lower_cased_again(folders):
+    from transformers import AutoModel, AutoProcessor, Siglip2Tokenizer
+
+    # transformers' NaFlex tokenizer reads the same files and adds a lower-casing normaliser: what honouring the
+    # flag would look like. capeval then adds nothing, and its signature does not claim a deviation.
+    tok = Siglip2Tokenizer.from_pretrained(str(folders["siglip2"]))
+    assert tok.init_kwargs["do_lower_case"] is True and not lower_cases(FAMILIES["siglip"], tok)
+    model = AutoModel.from_pretrained(str(folders["siglip2"])).eval()
+    processor = AutoProcessor.from_pretrained(str(folders["siglip2"]))
+    scorer = capeval.CLIPScore(model=(model, tok, processor.image_processor), device="cpu")
+    assert not scorer.backbone.lowercase and "lowercase" not in scorer.signature
+    result = scorer(["A Red Bus", "a red bus"], images=[_image()] * 2)
+    assert result["scores"][0] == result["scores"][1]
+
+
+def test_siglip2_lower_casing_is_ascii_only_as_big_vision(folders):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folders["siglip2"]))
+    backbone = load_backbone(str(folders["siglip2"]), device="cpu")
+    # big_vision's tf.strings.lower without an encoding folds A-Z only: "ÉLAN" becomes "Élan", not "élan".
+    (ours,) = _ids(backbone, ["ÉLAN"])
+    assert ours == tok("Élan")["input_ids"] and ours != tok("élan")["input_ids"]
+
+
+def test_siglip2_prompt_references_and_idf_texts_are_lower_cased_too(folders):
+    folder, image = str(folders["siglip2"]), _image()
+    upper = capeval.CLIPScore(model=folder, device="cpu", prefix="A PHOTO DEPICTS")(["A Dog"], images=[image])
+    lower = capeval.CLIPScore(model=folder, device="cpu", prefix="a photo depicts")(["a dog"], images=[image])
+    assert upper["scores"] == lower["scores"]
+    # A reference that differs from the candidate in case only is the same text: best-reference cosine 1.
+    ref = capeval.RefCLIPScore(model=folder, device="cpu")(
+        ["a red bus"], references=[["A RED BUS"]], images=[image]
+    )
+    a = ref["clip_s_scores"][0]
+    np.testing.assert_allclose(ref["scores"][0], 2 * a / (a + 1), rtol=1e-6)
+    em = capeval.EMScore(model=folder, device="cpu")(["A Red Bus"], references=[["a red bus"]])
+    np.testing.assert_allclose(em["scores"], 1.0, atol=1e-5)
+    by_idf = [
+        capeval.EMScore(model=folder, device="cpu", idf=corpus)(
+            ["a dog on the beach"], references=[["a cat"]]
+        )
+        for corpus in (["A Dog", "The Beach"], ["a dog", "the beach"])
+    ]
+    assert by_idf[0]["scores"] == by_idf[1]["scores"]
+
+
+def test_a_siglip2_model_object_is_lower_cased_as_its_folder(folders):
+    from transformers import AutoModel, AutoProcessor
+
+    model = AutoModel.from_pretrained(str(folders["siglip2"])).eval()
+    processor = AutoProcessor.from_pretrained(str(folders["siglip2"]))
+    scorer = capeval.CLIPScore(model=(model, processor), device="cpu")
+    assert scorer.backbone.lowercase and "|text=max_length:64|lowercase=ascii|" in scorer.signature
+
+
+def test_siglip2_signatures_and_text_cache_keys_name_the_lower_casing(folders):
+    scorer = capeval.CLIPScore(model=str(folders["siglip2"]), device="cpu")
+    assert (
+        "|family=siglip|image_resize=exact:32x32|text=max_length:64|lowercase=ascii|prefix="
+        in scorer.signature
+    )
+    # Embeddings stored before capeval lower-cased (same weights, same prompt) must not be served for these.
+    assert text_namespace(scorer.backbone, "A photo depicts").endswith("|lowercase=ascii")
+
+
+# -- where nothing is added --------------------------------------------------------------------------------------
+
+
+def test_siglip_t5_tokenizer_lower_cases_by_itself_and_its_signature_is_unchanged(folders):
+    scorer = capeval.CLIPScore(model=str(folders["siglip"]), device="cpu")
+    assert not scorer.backbone.lowercase
+    first, second = _ids(scorer.backbone, ["A Dog", "a dog"])
+    assert first == second  # SiglipTokenizer's own do_lower_case
+    assert (
+        "|text=max_length:48|prefix=A photo depicts|" in scorer.signature
+        and "lowercase" not in scorer.signature
+    )
+    assert "lowercase" not in text_namespace(scorer.backbone, "A photo depicts")
+
+
+@pytest.mark.parametrize("variant", ["siglip2_no_flag", "siglip2_flag_false"])
+def test_a_gemma_tokenizer_whose_files_do_not_ask_for_lower_casing_keeps_case(folders, variant):
+    scorer = capeval.CLIPScore(model=str(folders[variant]), device="cpu")
+    assert not scorer.backbone.lowercase and "lowercase" not in scorer.signature
+    first, second = _ids(scorer.backbone, ["A Red Bus", "a red bus"])
+    assert first != second
+
+
+def test_a_clip_tokenizer_is_never_judged_for_lower_casing(tiny_clip_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_clip_dir))
+    assert not lower_cases(FAMILIES["clip"], tok)
+    assert not capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu").backbone.lowercase
+
+
+# -- no attention mask -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["siglip", "siglip2"])
+def test_siglip_text_embedding_is_the_ids_only_call_and_not_the_masked_one(folders, name):
+    from transformers import AutoModel, AutoProcessor
+
+    folder = folders[name]
+    processor = AutoProcessor.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    inputs = processor(text=CAPTIONS, padding="max_length", truncation=True, return_tensors="pt")
+    assert "attention_mask" in inputs  # what model(**inputs) would pass
+    with torch.no_grad():
+        ids_only = F.normalize(model.get_text_features(input_ids=inputs["input_ids"]).pooler_output, dim=-1)
+        masked = F.normalize(model.get_text_features(**inputs).pooler_output, dim=-1)
+    ours = encode_texts(load_backbone(str(folder), device="cpu"), CAPTIONS, prefix=None)
+    torch.testing.assert_close(ours, ids_only, atol=1e-5, rtol=0)
+    # The mask lets the pooled (pad) position read the caption's tokens only, unlike training: a different vector.
+    assert (1 - (ours * masked).sum(-1)).min() > 0.05
