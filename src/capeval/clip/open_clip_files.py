@@ -15,7 +15,9 @@ The tensors are converted by ``checkpoints.layout.convert_openai_state_dict`` (t
 ViT CLIPs share) after their shapes are checked against the architecture. Configs using what ``CLIPModel`` lacks
 (attentional pooling, layer scale, no pre-LayerNorm, timm or Hugging Face towers, custom text) are refused by name.
 Texts go through OpenAI's BPE, as open_clip's default tokenizer: tokenizer files beside the weights, else the
-cached tokenizer of ``openai/clip-vit-base-patch32``.
+cached tokenizer of ``openai/clip-vit-base-patch32``. Images go through open_clip's transform: for the default
+"shortest" resize the same PIL calls as OpenAI's, for "squash" a resize to the square in the image's own mode with
+RGB after it (``image_geometry.ProcessorGeometry.rgb_after_resize``).
 """
 
 from __future__ import annotations
@@ -283,8 +285,8 @@ def open_clip_fields(
         check_finite(clip.state_dict().items(), what, cast_to=dt)
     arch, pre = source.architecture, source.preprocessing
     size = arch.image_size
-    if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) without a crop
-        size = ProcessorGeometry(size, ("exact", size, size), None, 3)
+    if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) in the image's own mode, no crop, RGB after
+        size = ProcessorGeometry(size, ("exact", size, size), None, 3, rgb_after_resize=True)
     origin = open_clip_origin(*source.name.split("/", 1)) if "/" in source.name else None
     return {
         "model": clip,
