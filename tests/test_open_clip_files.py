@@ -20,6 +20,7 @@ from PIL import Image
 import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.diagnostics.categories import TruncationWarning
 from capeval.testing.open_clip_layout import open_clip_state_dict, write_open_clip_file
 from capeval.testing.shapes import example_items
 from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
@@ -181,6 +182,19 @@ def mode_images() -> dict[str, Image.Image]:
     }
 
 
+SPECIAL_TEXT_CAPTIONS = [
+    "a cat <|endoftext|> on a mat",
+    "a cat <end_of_text> on a mat",
+    "A <START_OF_TEXT> red circle",
+    "x..<|endoftext|>y and <|startoftext|>",
+    "&lt;end_of_text&gt; on the left",
+    "a plain caption",
+    "a blue square " + "<end_of_text> " * 80,
+    "a green triangle",
+    "“<end_of_text>” quoted",
+]
+
+
 @pytest.fixture(scope="module")
 def open_clip_files(tmp_path_factory):
     """The tiny model as OpenCLIP files with a sidecar, one per resize mode, and its open_clip state dict."""
@@ -242,6 +256,59 @@ def test_rgb_after_resize_is_only_open_clips_squash_and_part_of_the_geometrys_id
         ProcessorGeometry(32, ("shortest_edge", 32), (32, 32), 3, rgb_after_resize=True)
     with pytest.raises(ValueError, match="an exact resize without a crop"):
         ProcessorGeometry(32, ("exact", 40, 40), (32, 32), 3, rgb_after_resize=True)
+
+
+@pytest.mark.parametrize("resize_mode", ["shortest", "squash"])
+def test_embeddings_of_odd_images_and_special_token_captions_equal_open_clips_inputs_on_the_authors_model(
+    open_clip_files, resize_mode
+):
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval.testing.openai_reference import model_module
+
+    paths, state_dict = open_clip_files
+    backbone = load_backbone(str(paths[resize_mode]))
+    images = list(mode_images().values())
+    ref = model_module().build_model({k: v.clone() for k, v in state_dict.items()}).float().eval()
+    ids = open_clip_tokenize([f"{PREFIX} {c}" for c in SPECIAL_TEXT_CAPTIONS])
+    tokens = torch.zeros(len(ids), 77, dtype=torch.long)
+    for row, x in enumerate(ids):
+        tokens[row, : len(x)] = torch.tensor(x)
+    with torch.no_grad():
+        want_images = F.normalize(ref.encode_image(open_clip_tensor(images, 32, resize_mode)), dim=-1)
+        want_texts = F.normalize(ref.encode_text(tokens), dim=-1)
+    got_images = encode_images(backbone, images)
+    with pytest.warns(TruncationWarning, match="1 caption"):  # the 80 <end_of_text> are 80 ids
+        got_texts = encode_texts(backbone, SPECIAL_TEXT_CAPTIONS, prefix=PREFIX)
+    assert (got_images - want_images).abs().max().item() < 1e-5
+    assert (got_texts - want_texts).abs().max().item() < 1e-5
+
+
+def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_files(tmp_path, open_clip_files):
+    from capeval.clip.families import tokenize_texts
+    from capeval.clip.text_encoding import encode_texts
+    from capeval.corpus.embedding_cache import text_namespace
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval.testing.openai_reference import openai_tokenize
+
+    file_backbone = load_backbone(str(open_clip_files[0]["shortest"]))
+    folder = save_clip_folder(tiny_model(), build_clip_tokenizer(), tmp_path / "hf")
+    capeval.clip.backbones.write_preprocessor_config(folder, 32, OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD)
+    folder_backbone = load_backbone(str(folder))
+    # Not the over-long caption, nor "x..<|endoftext|>": OpenAI's own tokenizer reads that as punctuation (its pattern
+    # takes "..<|" first) where transformers' CLIP tokenizer, which CLIPModel folders use, matches the special token.
+    captions = [c for c in SPECIAL_TEXT_CAPTIONS if not c.startswith(("x..", "a blue square"))]
+    assert tokenize_texts(file_backbone, captions)[0] == open_clip_tokenize(captions)
+    assert tokenize_texts(folder_backbone, captions)[0] == openai_tokenize(captions)
+    a = encode_texts(file_backbone, captions, prefix=PREFIX)
+    b = encode_texts(folder_backbone, captions, prefix=PREFIX)
+    gaps = (a - b).abs().amax(dim=1)
+    plain = [captions.index("a plain caption"), captions.index("a green triangle")]
+    assert gaps[plain].max().item() < 1e-6 and gaps.max().item() > 1e-2
+    # A cache filled before OpenCLIP files were read this way is not reused for them; other models keep theirs.
+    assert text_namespace(file_backbone, PREFIX).endswith("|special_text=open_clip")
+    assert "special_text" not in text_namespace(folder_backbone, PREFIX)
 
 
 # --- One file named under two architectures or tags ---

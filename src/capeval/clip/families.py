@@ -53,6 +53,8 @@ class Family:
             (``None``: the tokenizer's ``model_max_length``).
         positions_after_pad: RoBERTa-style position ids, numbered from ``pad_token_id + 1`` (AltCLIP).
         pools_first: the pooled text state is the first token's ([CLS]), not end-of-text's.
+        special_text: CLIP's BPE only: whose special-token spellings a caption is read with
+            (``capeval.clip.tokenization.tokenize_captions``): ``"openai"``, or ``"open_clip"`` for OpenCLIP files.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Family:
     max_length: int | None = None
     positions_after_pad: bool = False
     pools_first: bool = False
+    special_text: str = "openai"
 
     @property
     def default_prefix(self) -> str:
@@ -88,6 +91,8 @@ class Family:
 
 
 CLIP = Family("clip", "CLIPModel", "CLIPConfig")
+# OpenCLIP weights files (capeval.clip.open_clip_files): a CLIPModel whose captions go through open_clip's tokenizer.
+OPEN_CLIP_FILE = Family("clip", "CLIPModel", "CLIPConfig", special_text="open_clip")
 FAMILIES: dict[str, Family] = {
     "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
     "siglip": Family(
@@ -296,12 +301,13 @@ def check_tokenizer(family: Family, tokenizer, text_config, where: str) -> None:
 def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
     """Token ids of captions for ``backbone`` (prefix already joined) and how many were cut to its length.
 
-    CLIP: the authors' cleaning and BPE (``tokenize_captions``). Other families: their tokenizer as it is, cutting
-    over-long captions with its own truncation (which keeps the closing special token).
+    CLIP: the authors' cleaning and BPE (``tokenize_captions``), special-token text read as the family says. Other
+    families: their tokenizer as it is, cutting over-long captions with its own truncation (which keeps the closing
+    special token).
     """
     family = getattr(backbone, "family", CLIP)
     if family.is_clip:
-        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length)
+        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length, family.special_text)
     tok, limit = backbone.tokenizer, backbone.context_length
     if not texts:
         return [], 0

@@ -92,11 +92,16 @@ def image_namespace(backbone: Backbone) -> str:
 
 
 def text_namespace(backbone: Backbone, prefix: str | None) -> str:
-    """Everything that changes a caption embedding: weights, dtype, prompt prefix and context length."""
-    return (
+    """Everything that changes a caption embedding: weights, dtype, prompt prefix and context length, and for
+    OpenCLIP files open_clip's reading of special-token text (named so that no entry cached before capeval read
+    captions that way is reused)."""
+    namespace = (
         f"text|model={backbone.name}|weights={backbone.weights}|dtype={backbone.dtype_name}"
         f"|prefix={prefix!r}|context={backbone.context_length}"
     )
+    if backbone.family.special_text != "openai":
+        namespace += f"|special_text={backbone.family.special_text}"
+    return namespace
 
 
 def hash_bytes(data: bytes) -> bytes:
