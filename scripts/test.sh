@@ -9,6 +9,9 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.
 "${PIP[@]}" --no-deps -c constraints.txt "openai-clip==1.0.1"
+# open_clip's own tokenizer (tokenizer.py and its BPE file, loaded by path) for the OpenCLIP-file tests; --no-deps
+# for the same reason (torchvision, timm).
+"${PIP[@]}" --no-deps -c constraints.txt "open_clip_torch==3.3.0"
 
 # Debian's Chromium and ChromeDriver for the browser tests of the Spaces, and a Java runtime for the
 # pycocoevalcap baselines (PTB tokenizer, METEOR) of the benchmark tests.

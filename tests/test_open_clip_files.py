@@ -3,20 +3,24 @@ name and pretrained tag, or with open_clip's own open_clip_config.json beside it
 
 Independent references: the CLIP authors' clip/model.py ``build_model`` on the same state dict (open_clip's ViT
 names are OpenAI's; QuickGELU, 64-wide heads; for GELU architectures its QuickGELU is swapped for torch's exact
-GELU, which open_clip uses), with transformers' own CLIP image processor for its pixels and the authors' tokenizer
-for its token ids; and the same weights saved as a transformers folder."""
+GELU, which open_clip uses), fed open_clip's own inputs: its evaluation transform restated as the PIL calls it makes
+(``capeval.testing.open_clip_reference.open_clip_pixels``) and token ids from its own ``SimpleTokenizer`` (open_clip
+3.3.0's ``tokenizer.py``, loaded by path); and the same weights saved as a transformers folder."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
+from capeval.diagnostics.categories import TruncationWarning
 from capeval.testing.open_clip_layout import open_clip_state_dict, write_open_clip_file
 from capeval.testing.shapes import example_items
 from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
@@ -49,29 +53,30 @@ def tiny_model(act: str = "quick_gelu", seed: int = 0):
     return CLIPModel(config).eval().half().float()
 
 
+def open_clip_tensor(images, size: int, resize_mode: str, mean=None, std=None) -> torch.Tensor:
+    """open_clip's evaluation transform: its PIL steps, then ToTensor (/255) and Normalize, in float32."""
+    from capeval.testing.open_clip_reference import open_clip_pixels
+
+    pixels = np.stack([open_clip_pixels(img, size, resize_mode) for img in images]).astype(np.float32) / 255
+    m = np.asarray(mean or OPENAI_IMAGE_MEAN, dtype=np.float32)
+    s = np.asarray(std or OPENAI_IMAGE_STD, dtype=np.float32)
+    return torch.from_numpy(np.ascontiguousarray(((pixels - m) / s).transpose(0, 3, 1, 2)))
+
+
 def reference_clip_s(
     state_dict, captions, images, act: str, monkeypatch, squash: bool = False, mean=None, std=None
 ):
     """CLIP-S from the authors' model built on the open_clip state dict (see the module docstring)."""
-    from transformers import CLIPImageProcessorPil
-
-    from capeval.testing.openai_reference import model_module, openai_tokenize
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval.testing.openai_reference import model_module
 
     module = model_module()
     if act == "gelu":
         monkeypatch.setattr(module, "QuickGELU", torch.nn.GELU)
     ref = module.build_model({k: v.clone() for k, v in state_dict.items()}).float().eval()
     size = ref.visual.input_resolution
-    geometry = (
-        {"size": {"height": size, "width": size}, "do_center_crop": False}
-        if squash
-        else {"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}}
-    )
-    processor = CLIPImageProcessorPil(
-        **geometry, image_mean=list(mean or OPENAI_IMAGE_MEAN), image_std=list(std or OPENAI_IMAGE_STD)
-    )
-    pixels = processor(images=images, return_tensors="pt")["pixel_values"]
-    ids = openai_tokenize([f"{PREFIX} {c}" for c in captions])
+    pixels = open_clip_tensor(images, size, "squash" if squash else "shortest", mean, std)
+    ids = open_clip_tokenize([f"{PREFIX} {c}" for c in captions])
     tokens = torch.zeros(len(ids), 77, dtype=torch.long)
     for row, x in enumerate(ids):
         tokens[row, : len(x)] = torch.tensor(x)
@@ -133,7 +138,7 @@ def test_squash_and_inception_preprocessing_follow_the_config(tmp_path, world, m
     )  # fmt: skip
     assert out["scores"] == pytest.approx(reference, abs=1e-5)
     assert "image_mean=0.5,0.5,0.5" in out["signature"]
-    assert "image_resize=exact:32x32" in out["signature"]
+    assert "|image_resize=exact:32x32,rgb:after_resize|" in out["signature"]
 
 
 def test_the_sidecar_is_part_of_the_revision(tmp_path):
@@ -148,6 +153,162 @@ def test_the_sidecar_is_part_of_the_revision(tmp_path):
     second = load_backbone(str(path))
     assert second.name != first
     assert second.model.config.text_config.hidden_act == "gelu"
+
+
+# --- open_clip's transform order and tokenizer, whatever the tag ---
+
+
+def mode_images() -> dict[str, Image.Image]:
+    """One 61x47 picture in each mode an image arrives in; in the transparent ones, colours under alpha 0 (the top
+    20 rows) that compositing onto white would hide."""
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (47, 61, 3), dtype=np.uint8)
+    alpha = rng.integers(0, 256, (47, 61, 1), dtype=np.uint8)
+    alpha[:20] = 0
+    rgba = Image.fromarray(np.concatenate([rgb, alpha], axis=-1), "RGBA")
+    palette = Image.fromarray(rgb).quantize(64)
+    transparent_index = palette.copy()
+    transparent_index.info["transparency"] = 3
+    return {
+        "RGBA": rgba,
+        "LA": rgba.convert("LA"),
+        "PA": rgba.convert("PA"),
+        "P": palette,
+        "P with a transparent index": transparent_index,
+        "1": rgba.convert("1"),
+        "L": rgba.convert("L"),
+        "I;16": rgba.convert("L").convert("I;16"),
+        "RGB": Image.fromarray(rgb),
+    }
+
+
+SPECIAL_TEXT_CAPTIONS = [
+    "a cat <|endoftext|> on a mat",
+    "a cat <end_of_text> on a mat",
+    "A <START_OF_TEXT> red circle",
+    "x..<|endoftext|>y and <|startoftext|>",
+    "&lt;end_of_text&gt; on the left",
+    "a plain caption",
+    "a blue square " + "<end_of_text> " * 80,
+    "a green triangle",
+    "“<end_of_text>” quoted",
+]
+
+
+@pytest.fixture(scope="module")
+def open_clip_files(tmp_path_factory):
+    """The tiny model as OpenCLIP files with a sidecar, one per resize mode, and its open_clip state dict."""
+    model = tiny_model()
+    root = tmp_path_factory.mktemp("open-clip-modes")
+    paths = {
+        mode: write_open_clip_file(
+            model,
+            root / mode,
+            preprocess_cfg={**OPENAI_PRE, "resize_mode": mode},
+            tokenizer=build_clip_tokenizer(),
+        )
+        for mode in ("shortest", "squash")
+    }
+    return paths, open_clip_state_dict(model)
+
+
+@pytest.mark.parametrize("resize_mode", ["shortest", "squash"])
+def test_every_image_mode_gets_the_pixels_of_open_clips_transform(open_clip_files, resize_mode):
+    from capeval.clip.images import preprocess_image
+    from capeval.testing.open_clip_reference import open_clip_pixels
+
+    backbone = load_backbone(str(open_clip_files[0][resize_mode]))
+    for name, img in mode_images().items():
+        ours = preprocess_image(img, 0, backbone.image_size)
+        assert np.array_equal(ours, open_clip_pixels(img, 32, resize_mode)), name
+
+
+def test_squash_drops_alpha_where_transformers_families_composite_it_onto_white(open_clip_files):
+    from capeval.clip.image_geometry import ProcessorGeometry
+    from capeval.clip.images import preprocess_image
+    from capeval.testing.open_clip_reference import open_clip_pixels
+
+    squash = load_backbone(str(open_clip_files[0]["squash"])).image_size
+    family = ProcessorGeometry(32, ("exact", 32, 32), None, 3)  # a SigLIP-style processor: RGB first
+    clear_black = Image.new("RGBA", (61, 47), (0, 0, 0, 0))
+    assert preprocess_image(clear_black, 0, squash).max() == 0  # open_clip: convert("RGB") keeps the colours
+    assert preprocess_image(clear_black, 0, family).min() == 255  # transformers: composited onto white
+    # The order the squash tags had before: transparent and palette images many levels off open_clip's pixels.
+    gaps = {
+        name: int(np.abs(family.apply(img).astype(int) - open_clip_pixels(img, 32, "squash")).max())
+        for name, img in mode_images().items()
+    }
+    assert min(gaps["RGBA"], gaps["P"], gaps["P with a transparent index"], gaps["1"]) > 100
+    assert gaps["RGB"] == gaps["L"] == 0
+
+
+def test_rgb_after_resize_is_only_open_clips_squash_and_part_of_the_geometrys_identity():
+    import pickle
+
+    from capeval.clip.image_geometry import ProcessorGeometry
+
+    squash = ProcessorGeometry(32, ("exact", 32, 32), None, 3, rgb_after_resize=True)
+    family = ProcessorGeometry(32, ("exact", 32, 32), None, 3)
+    assert squash != family and len({squash, family}) == 2  # never share prepared pixels in one corpus run
+    assert pickle.loads(pickle.dumps(squash)) == squash  # worker processes keep the order
+    assert (squash.describe(), family.describe()) == ("exact:32x32,rgb:after_resize", "exact:32x32")
+    with pytest.raises(ValueError, match="rgb_after_resize is open_clip's 'squash' order"):
+        ProcessorGeometry(32, ("shortest_edge", 32), (32, 32), 3, rgb_after_resize=True)
+    with pytest.raises(ValueError, match="an exact resize without a crop"):
+        ProcessorGeometry(32, ("exact", 40, 40), (32, 32), 3, rgb_after_resize=True)
+
+
+@pytest.mark.parametrize("resize_mode", ["shortest", "squash"])
+def test_embeddings_of_odd_images_and_special_token_captions_equal_open_clips_inputs_on_the_authors_model(
+    open_clip_files, resize_mode
+):
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval.testing.openai_reference import model_module
+
+    paths, state_dict = open_clip_files
+    backbone = load_backbone(str(paths[resize_mode]))
+    images = list(mode_images().values())
+    ref = model_module().build_model({k: v.clone() for k, v in state_dict.items()}).float().eval()
+    ids = open_clip_tokenize([f"{PREFIX} {c}" for c in SPECIAL_TEXT_CAPTIONS])
+    tokens = torch.zeros(len(ids), 77, dtype=torch.long)
+    for row, x in enumerate(ids):
+        tokens[row, : len(x)] = torch.tensor(x)
+    with torch.no_grad():
+        want_images = F.normalize(ref.encode_image(open_clip_tensor(images, 32, resize_mode)), dim=-1)
+        want_texts = F.normalize(ref.encode_text(tokens), dim=-1)
+    got_images = encode_images(backbone, images)
+    with pytest.warns(TruncationWarning, match="1 caption"):  # the 80 <end_of_text> are 80 ids
+        got_texts = encode_texts(backbone, SPECIAL_TEXT_CAPTIONS, prefix=PREFIX)
+    assert (got_images - want_images).abs().max().item() < 1e-5
+    assert (got_texts - want_texts).abs().max().item() < 1e-5
+
+
+def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_files(tmp_path, open_clip_files):
+    from capeval.clip.families import tokenize_texts
+    from capeval.clip.text_encoding import encode_texts
+    from capeval.corpus.embedding_cache import text_namespace
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval.testing.openai_reference import openai_tokenize
+
+    file_backbone = load_backbone(str(open_clip_files[0]["shortest"]))
+    folder = save_clip_folder(tiny_model(), build_clip_tokenizer(), tmp_path / "hf")
+    capeval.clip.backbones.write_preprocessor_config(folder, 32, OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD)
+    folder_backbone = load_backbone(str(folder))
+    # Not the over-long caption, nor "x..<|endoftext|>": OpenAI's own tokenizer reads that as punctuation (its pattern
+    # takes "..<|" first) where transformers' CLIP tokenizer, which CLIPModel folders use, matches the special token.
+    captions = [c for c in SPECIAL_TEXT_CAPTIONS if not c.startswith(("x..", "a blue square"))]
+    assert tokenize_texts(file_backbone, captions)[0] == open_clip_tokenize(captions)
+    assert tokenize_texts(folder_backbone, captions)[0] == openai_tokenize(captions)
+    a = encode_texts(file_backbone, captions, prefix=PREFIX)
+    b = encode_texts(folder_backbone, captions, prefix=PREFIX)
+    gaps = (a - b).abs().amax(dim=1)
+    plain = [captions.index("a plain caption"), captions.index("a green triangle")]
+    assert gaps[plain].max().item() < 1e-6 and gaps.max().item() > 1e-2
+    # A cache filled before OpenCLIP files were read this way is not reused for them; other models keep theirs.
+    assert text_namespace(file_backbone, PREFIX).endswith("|special_text=open_clip")
+    assert "special_text" not in text_namespace(folder_backbone, PREFIX)
 
 
 # --- One file named under two architectures or tags ---
@@ -197,7 +358,8 @@ def test_one_file_named_under_two_tags_gets_each_tags_preprocessing(tmp_path, wo
     path = write_open_clip_file(tiny_model("gelu"), tmp_path / "oc", tokenizer=build_clip_tokenizer())
     crop = capeval.CLIPScore(model=f"open_clip:Tiny-32/laion:{path}")(captions, images=images)
     squash = capeval.CLIPScore(model=f"open_clip:Tiny-32/squashed:{path}")(captions, images=images)
-    assert "image_resize=exact:32x32" in squash["signature"] and "image_resize" not in crop["signature"]
+    assert "|image_resize=exact:32x32,rgb:after_resize|" in squash["signature"]
+    assert "image_resize" not in crop["signature"]
     assert squash["scores"] != crop["scores"]
 
 

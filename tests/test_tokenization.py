@@ -161,3 +161,55 @@ def test_word_lookup_is_not_used_when_the_probes_disagree():
     assert _word_ids_for(tokenizer) is None
     captions = ["a dog runs", "dog a runs fast"]
     assert tokenize_captions(tokenizer, captions, 77)[0] == [[1, 11, 23, 34, 2], [1, 13, 21, 34, 44, 2]]
+
+
+# --- Special-token text: OpenAI's spellings, or open_clip's for OpenCLIP files ---
+
+SPECIAL_TEXT_CAPTIONS = [
+    "a cat <|endoftext|> on a mat",
+    "a cat <end_of_text> on a mat",
+    "A <START_OF_TEXT> dog and an <End_Of_Text> cat",
+    "a<end_of_text>b <start_of_text>c",
+    "x..<end_of_text>y",  # the punctuation run takes the "<": no special token, in open_clip too
+    "x..<|endoftext|>y",
+    "it's<end_of_text>'s",
+    "<|startoftext|><|endoftext|>",
+    "&lt;end_of_text&gt; escaped twice &amp;lt;end_of_text&amp;gt;",
+    "café <end_of_text> “quoted” <|endoftext|> ﬁne",
+    "x < y and y > z, <b>bold</b>, <end_of_text",
+    "<end_of_text>",
+    "a photo " + "<end_of_text> word " * 40,  # over 77 ids: cut, last id end-of-text
+]
+
+
+def test_open_clip_special_text_gives_open_clips_own_tokenizer_ids(clip_tokenizer):
+    import string
+
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+
+    rng = random.Random(2)
+    alphabet = string.ascii_letters + " <>|_'.,!&;" + "éß"
+    pieces = ["<end_of_text>", "<START_OF_TEXT>", "<|endoftext|>", "<|startoftext|>", "<", "&lt;"]
+    randomised = [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20))) + rng.choice(pieces) + "x"
+        for _ in range(500)
+    ]
+    captions = SPECIAL_TEXT_CAPTIONS + UNICODE_AND_ODD + randomised
+    ours, n_cut = tokenize_captions(clip_tokenizer, captions, 77, special_text="open_clip")
+    theirs = open_clip_tokenize(captions)
+    assert [c for c, a, b in zip(captions, ours, theirs, strict=True) if a != b] == []
+    assert n_cut == 1 and len(ours[len(SPECIAL_TEXT_CAPTIONS) - 1]) == 77
+    assert ours[1].count(49407) == 2 and ours[0].count(49407) == 1  # <end_of_text> special, <|endoftext|> not
+
+
+def test_openai_special_text_stays_the_default_and_reads_openais_spellings(clip_tokenizer):
+    captions = ["a cat <|endoftext|> on a mat", "a cat <end_of_text> on a mat", "plain caption"]
+    default, _ = tokenize_captions(clip_tokenizer, captions, 77)
+    assert default == tokenize_captions(clip_tokenizer, captions, 77, special_text="openai")[0]
+    assert default == openai_tokenize(captions)
+    assert default[0].count(49407) == 2 and default[1].count(49407) == 1
+
+
+def test_an_unknown_special_text_is_refused_naming_the_choices(clip_tokenizer):
+    with pytest.raises(ValueError, match="special_text must be one of openai, open_clip, got 'openclip'"):
+        tokenize_captions(clip_tokenizer, ["a dog"], 77, special_text="openclip")

@@ -59,6 +59,8 @@ class Family:
         pools_first: the pooled text state is the first token's ([CLS]), not end-of-text's.
         follows_do_lower_case: the ``do_lower_case`` of its tokenizer files is what it was trained with, and capeval
             lower-cases captions where that says so and the transformers tokenizer does not (``lower_cases``).
+        special_text: CLIP's BPE only: whose special-token spellings a caption is read with
+            (``capeval.clip.tokenization.tokenize_captions``): ``"openai"``, or ``"open_clip"`` for OpenCLIP files.
     """
 
     name: str
@@ -71,6 +73,7 @@ class Family:
     positions_after_pad: bool = False
     pools_first: bool = False
     follows_do_lower_case: bool = False
+    special_text: str = "openai"
 
     @property
     def default_prefix(self) -> str:
@@ -95,6 +98,8 @@ class Family:
 
 
 CLIP = Family("clip", "CLIPModel", "CLIPConfig")
+# OpenCLIP weights files (capeval.clip.open_clip_files): a CLIPModel whose captions go through open_clip's tokenizer.
+OPEN_CLIP_FILE = Family("clip", "CLIPModel", "CLIPConfig", special_text="open_clip")
 FAMILIES: dict[str, Family] = {
     "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
     "siglip": Family(
@@ -332,10 +337,10 @@ def lower_cases(family: Family, tokenizer) -> bool:
 def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
     """Token ids of captions for ``backbone`` (prefix already joined) and how many were cut to its length.
 
-    CLIP: the authors' cleaning and BPE (``tokenize_captions``). Other families: their tokenizer as it is, cutting
-    over-long captions with its own truncation (which keeps the closing special token). A backbone whose tokenizer
-    files ask for lower-casing that its tokenizer skips (``Backbone.lowercase``: SigLIP 2) has its texts
-    lower-cased first.
+    CLIP: the authors' cleaning and BPE (``tokenize_captions``), special-token text read as the family says. Other
+    families: their tokenizer as it is, cutting over-long captions with its own truncation (which keeps the closing
+    special token). A backbone whose tokenizer files ask for lower-casing that its tokenizer skips
+    (``Backbone.lowercase``: SigLIP 2) has its texts lower-cased first.
     """
     if getattr(backbone, "lowercase", False):
         # Here, before either path (CLIP's word cache included): every caption, reference, prompt and idf text
@@ -343,7 +348,7 @@ def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
         texts = [ascii_lower(t) for t in texts]
     family = getattr(backbone, "family", CLIP)
     if family.is_clip:
-        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length)
+        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length, family.special_text)
     tok, limit = backbone.tokenizer, backbone.context_length
     if not texts:
         return [], 0

@@ -6,6 +6,9 @@ as their transformers image processor prepares them (its PIL backend, ``PilBacke
 alpha channel composited onto white), then a resize to an exact height x width (SigLIP, Chinese-CLIP, ALIGN) or of
 the shorter side (AltCLIP, MetaCLIP 2), then a centre crop with the offset floored (``image_transforms.center_crop``,
 zero-padded where the crop is larger than the image). Both resize in uint8 RGB through PIL, so the pixels are equal.
+OpenCLIP files with open_clip's "squash" resize keep open_clip's order instead (``rgb_after_resize``): the image is
+resized to the square in its own mode and converted to RGB last, with PIL's ``convert("RGB")``, which drops an alpha
+channel rather than compositing it onto white.
 
 ``ProcessorGeometry`` is an ``int`` (the square side of the model's input) so that every path that prepares
 images with ``preprocess_image(image, index, backbone.image_size)``, the corpus and training ones included, applies
@@ -25,27 +28,48 @@ class ProcessorGeometry(int):
         resize: ``("exact", height, width)`` or ``("shortest_edge", n)``.
         crop: ``(height, width)`` of the centre crop, or ``None`` (no crop).
         resample: PIL resampling filter number (``Image.BICUBIC`` = 3, ...).
+        rgb_after_resize: open_clip's order for its "squash" resize (``Resize((n, n))`` before its RGB conversion,
+            open_clip 3.3.0 ``src/open_clip/transform.py``, ``image_transform``): resized in the image's own mode,
+            then ``convert("RGB")`` (alpha dropped, not composited). Only with an exact resize and no crop.
+            ``False``: transformers' order, RGB first with alpha composited onto white.
     """
 
     resize: tuple
     crop: tuple[int, int] | None
     resample: int
+    rgb_after_resize: bool
 
-    def __new__(cls, side: int, resize: tuple, crop: tuple[int, int] | None, resample: int):
+    def __new__(
+        cls,
+        side: int,
+        resize: tuple,
+        crop: tuple[int, int] | None,
+        resample: int,
+        rgb_after_resize: bool = False,
+    ):
+        if rgb_after_resize and (resize[0] != "exact" or crop is not None):
+            raise ValueError(
+                f"rgb_after_resize is open_clip's 'squash' order: an exact resize without a crop, not {resize} "
+                f"with crop {crop}"
+            )
         obj = super().__new__(cls, side)
-        obj.resize, obj.crop, obj.resample = (
+        obj.resize, obj.crop, obj.resample, obj.rgb_after_resize = (
             tuple(resize),
             None if crop is None else tuple(crop),
             int(resample),
+            bool(rgb_after_resize),
         )
         return obj
 
     def __reduce__(self):
         # Worker processes receive it pickled: int's own reduction would drop the geometry.
-        return (ProcessorGeometry, (int(self), self.resize, self.crop, self.resample))
+        return (
+            ProcessorGeometry,
+            (int(self), self.resize, self.crop, self.resample, self.rgb_after_resize),
+        )
 
     def _key(self) -> tuple:
-        return (int(self), self.resize, self.crop, self.resample)
+        return (int(self), self.resize, self.crop, self.resample, self.rgb_after_resize)
 
     def __eq__(self, other) -> bool:
         # Two backbones with the same side but different geometries must not share prepared pixels.
@@ -66,7 +90,8 @@ class ProcessorGeometry(int):
         return f"{int(self)} ({self.describe()})"
 
     def describe(self) -> str:
-        """``exact:224x224`` or ``shortest_edge:256,crop:224x224`` (plus ``,resample:N`` when not bicubic)."""
+        """``exact:224x224`` or ``shortest_edge:256,crop:224x224`` (plus ``,resample:N`` when not bicubic, and
+        ``,rgb:after_resize`` in open_clip's order)."""
         if self.resize[0] == "exact":
             text = f"exact:{self.resize[1]}x{self.resize[2]}"
         else:
@@ -75,10 +100,14 @@ class ProcessorGeometry(int):
             text += f",crop:{self.crop[0]}x{self.crop[1]}"
         if self.resample != Image.BICUBIC:
             text += f",resample:{self.resample}"
+        if self.rgb_after_resize:
+            text += ",rgb:after_resize"
         return text
 
     def apply(self, img: Image.Image) -> np.ndarray:
         """(side, side, 3) uint8: the pixels the family's image processor would rescale and normalise."""
+        if self.rgb_after_resize:
+            return self._resize_then_rgb(img)
         img = _to_rgb(img)
         w, h = img.size
         if self.resize[0] == "exact":
@@ -90,6 +119,20 @@ class ProcessorGeometry(int):
         pixels = np.asarray(img, dtype=np.uint8)
         if self.crop is not None:
             pixels = _centre_crop(pixels, *self.crop)
+        if pixels.shape[:2] != (int(self), int(self)):
+            raise ValueError(
+                f"the processor's geometry gives {pixels.shape[1]}x{pixels.shape[0]} pixels, not {int(self)}"
+            )
+        return np.ascontiguousarray(pixels)
+
+    def _resize_then_rgb(self, img: Image.Image) -> np.ndarray:
+        """open_clip's "squash": torchvision's ``Resize((h, w))`` on a PIL image is PIL's own ``resize`` in the
+        image's mode (none when the size is already right), then open_clip's ``convert("RGB")``. PIL resizes
+        palette and 1-bit images with nearest neighbours whatever the filter, RGBA with premultiplied alpha."""
+        new_h, new_w = self.resize[1], self.resize[2]
+        if img.size != (new_w, new_h):
+            img = img.resize((new_w, new_h), resample=self.resample)
+        pixels = np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)
         if pixels.shape[:2] != (int(self), int(self)):
             raise ValueError(
                 f"the processor's geometry gives {pixels.shape[1]}x{pixels.shape[0]} pixels, not {int(self)}"

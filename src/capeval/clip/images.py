@@ -388,6 +388,9 @@ def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
     """OpenAI CLIP geometry: bicubic shorter-side resize to ``size`` in the image's own mode, centre crop, RGB
     (a ``ProcessorGeometry`` ``size``: that family's processor geometry instead).
 
+    open_clip's default transform for OpenCLIP files ("shortest": ``Resize(size)``, ``CenterCrop(size)``, then
+    ``convert("RGB")``; open_clip 3.3.0 ``src/open_clip/transform.py``) is this same sequence of PIL calls.
+
     The image must pass ``check_geometry`` (checked here too) and ``check_sample_range`` (``load_image`` checks
     it): the resize costs size x (size x aspect ratio) pixels.
 

@@ -15,7 +15,10 @@ The tensors are converted by ``checkpoints.layout.convert_openai_state_dict`` (t
 ViT CLIPs share) after their shapes are checked against the architecture. Configs using what ``CLIPModel`` lacks
 (attentional pooling, layer scale, no pre-LayerNorm, timm or Hugging Face towers, custom text) are refused by name.
 Texts go through OpenAI's BPE, as open_clip's default tokenizer: tokenizer files beside the weights, else the
-cached tokenizer of ``openai/clip-vit-base-patch32``.
+cached tokenizer of ``openai/clip-vit-base-patch32``, with open_clip's reading of special-token text
+(``<end_of_text>`` is end-of-text, ``<|endoftext|>`` plain text: ``families.OPEN_CLIP_FILE``). Images go through
+open_clip's transform: for the default "shortest" resize the same PIL calls as OpenAI's, for "squash" a resize to
+the square in the image's own mode with RGB after it (``image_geometry.ProcessorGeometry.rgb_after_resize``).
 """
 
 from __future__ import annotations
@@ -279,6 +282,7 @@ def open_clip_fields(
         ValueError: see ``build_open_clip_model`` and ``load_tokenizer``; a tokenizer that does not fit.
     """
     from capeval.clip.checkpoints.files import check_finite
+    from capeval.clip.families import OPEN_CLIP_FILE
     from capeval.clip.image_constants import known_origin, open_clip_origin
     from capeval.clip.image_geometry import ProcessorGeometry
     from capeval.clip.tokenizer_check import check_clip_tokenizer
@@ -298,8 +302,8 @@ def open_clip_fields(
         check_finite(clip.state_dict().items(), what, cast_to=dt)
     arch, pre = source.architecture, source.preprocessing
     size = arch.image_size
-    if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) without a crop
-        size = ProcessorGeometry(size, ("exact", size, size), None, 3)
+    if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) in the image's own mode, no crop, RGB after
+        size = ProcessorGeometry(size, ("exact", size, size), None, 3, rgb_after_resize=True)
     origin = open_clip_origin(*source.name.split("/", 1)) if "/" in source.name else None
     return {
         "model": clip,
@@ -314,4 +318,5 @@ def open_clip_fields(
         "context_length": arch.context_length,
         "weights": weights_tag,
         "origin": origin if origin is not None and known_origin(origin) is not None else None,
+        "family": OPEN_CLIP_FILE,  # CLIPModel; captions tokenized as open_clip's SimpleTokenizer does
     }

@@ -8,6 +8,13 @@ need no cleaning and are tokenised word by word from a cache filled by the same 
 Over-long captions are cut the way ``clip.tokenize(..., truncate=True)`` cuts them: first
 ``context_length`` ids, the last set to end-of-text, so the pooled embedding still reads the
 end-of-text position.
+
+Special-token text inside a caption follows the tokenizer the weights were released with
+(``special_text``). OpenAI's tokenizer, and transformers' CLIP tokenizer after it, read ``<|startoftext|>`` and
+``<|endoftext|>`` as the special tokens. open_clip's ``SimpleTokenizer`` (3.3.0, ``src/open_clip/tokenizer.py``)
+spells the same two ids ``<start_of_text>`` and ``<end_of_text>`` and reads only those spellings as special
+(case-insensitively, where its pre-tokenizing pattern reaches them first); OpenAI's spellings are ordinary
+punctuation and letters there (``<|``, ``endoftext``, ``|>``).
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ import threading
 import weakref
 
 import ftfy
+import regex
 
 PREFIX = "A photo depicts"  # Hessel et al. 2021, sec. 3: the prompt prepended to every caption
+SPECIAL_TEXT = ("openai", "open_clip")  # whose special-token spellings a caption's text is read with
 _WHITESPACE = re.compile(r"\s+")
 # Printable ASCII, tab and line breaks, no "&": ftfy and the HTML unescape only turn "\r" into "\n" there,
 # which the whitespace collapse erases, so such captions (nearly all) skip the ~40 us ftfy pass.
@@ -40,6 +49,14 @@ _PROBES = [
 ]
 _word_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _word_ids_lock = threading.Lock()  # threads meeting a new tokenizer at once build and probe its cache once
+# open_clip's SimpleTokenizer pre-tokenizes the cleaned, lower-cased text with CLIP's pattern preceded by its own two
+# special spellings (matched case-insensitively); each piece is then BPE-encoded alone, a special one to its id.
+_OPEN_CLIP_SPECIALS = ("<start_of_text>", "<end_of_text>")  # ids: start- and end-of-text
+_OPEN_CLIP_PIECES = regex.compile(
+    "|".join(regex.escape(t) for t in _OPEN_CLIP_SPECIALS)
+    + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
+    regex.IGNORECASE,
+)
 
 
 def clean_caption(text: str) -> str:
@@ -97,8 +114,8 @@ class _WordIds:
         self.lock = threading.Lock()  # callers on several threads share one cache
 
     def encode(self, plain: list[str]) -> list[list[int]]:
-        """Ids with start- and end-of-text of printable-ASCII captions without ``&`` or ``<|`` (no cleaning
-        needed: ftfy and the HTML unescape leave them as they are, and splitting drops the whitespace)."""
+        """Ids with start- and end-of-text of printable-ASCII captions without ``&`` or special-token text (no
+        cleaning needed: ftfy and the HTML unescape leave them as they are, and splitting drops the whitespace)."""
         words = [t.lower().split() for t in plain]
         with self.lock:
             return self._lookup(words)
@@ -156,32 +173,80 @@ def clear_word_cache(tokenizer) -> None:
             fast.ids.clear()
 
 
-def tokenize_captions(tokenizer, texts: list[str], context_length: int) -> tuple[list[list[int]], int]:
+def _encode_pieces(tokenizer, pieces: list[str]) -> list[list[int]]:
+    """BPE ids of pre-tokenized pieces, each encoded alone without special tokens."""
+    backend = _backend(tokenizer)
+    if backend is not None:
+        return [e.ids for e in backend.encode_batch(pieces, add_special_tokens=False)]
+    return [list(x) for x in tokenizer(pieces, add_special_tokens=False, verbose=False)["input_ids"]]
+
+
+def _open_clip_encode(tokenizer, cleaned: list[str]) -> list[list[int]]:
+    """Ids of cleaned captions as open_clip's ``SimpleTokenizer`` gives them: lower-cased, cut into pieces by its
+    pattern, ``<start_of_text>``/``<end_of_text>`` pieces to the start/end-of-text ids and every other piece through
+    the BPE alone. A piece never holds ``<|endoftext|>`` whole (its letters are a piece of their own), so the
+    tokenizer's special-token matching never sees OpenAI's spellings."""
+    specials = dict(zip(_OPEN_CLIP_SPECIALS, (tokenizer.bos_token_id, tokenizer.eos_token_id), strict=True))
+    split = [_OPEN_CLIP_PIECES.findall(text.lower()) for text in cleaned]
+    plain = list({p: None for pieces in split for p in pieces if p not in specials})
+    bpe = dict(zip(plain, _encode_pieces(tokenizer, plain), strict=True)) if plain else {}
+    out = []
+    for pieces in split:
+        row = [tokenizer.bos_token_id]
+        for p in pieces:
+            special = specials.get(p)
+            row += [special] if special is not None else bpe[p]
+        row.append(tokenizer.eos_token_id)
+        out.append(row)
+    return out
+
+
+def tokenize_captions(
+    tokenizer, texts: list[str], context_length: int, special_text: str = "openai"
+) -> tuple[list[list[int]], int]:
     """Token ids with start- and end-of-text, truncated as the authors truncate.
 
     Args:
         tokenizer: a transformers CLIP tokenizer (adds start/end-of-text itself).
         texts: raw captions (the prefix already joined).
         context_length: the text encoder's positions (77 for released CLIPs).
+        special_text: ``"openai"``: ``<|startoftext|>``/``<|endoftext|>`` in a caption are the special tokens
+            (OpenAI's tokenizer, transformers' CLIP tokenizer); ``"open_clip"``: ``<start_of_text>`` and
+            ``<end_of_text>`` are, OpenAI's spellings plain text (open_clip's ``SimpleTokenizer``: OpenCLIP files).
 
     Returns:
         (ids, n_truncated): one id list per text, none longer than ``context_length``; how many were cut.
+
+    Raises:
+        ValueError: an unknown ``special_text``.
     """
+    if special_text not in SPECIAL_TEXT:
+        raise ValueError(f"special_text must be one of {', '.join(SPECIAL_TEXT)}, got {special_text!r}")
+    open_clip = special_text == "open_clip"
+    special_start = "<" if open_clip else "<|"  # where special-token text can begin
     fast = _word_ids_for(tokenizer)
-    plain_rows, plain, other_rows, other = [], [], [], []
+    plain_rows, plain, other_rows, other, piece_rows, pieces = [], [], [], [], [], []
     for row, text in enumerate(texts):
-        if fast is not None and _PLAIN.fullmatch(text) and "<|" not in text:
+        if fast is not None and _PLAIN.fullmatch(text) and special_start not in text:
             plain_rows.append(row)
             plain.append(text)
+            continue
+        cleaned = clean_caption(text)
+        if open_clip and "<" in cleaned:  # only there can open_clip's reading of special text differ
+            piece_rows.append(row)
+            pieces.append(cleaned)
         else:
             other_rows.append(row)
-            other.append(clean_caption(text))
+            other.append(cleaned)
     encoded: list = [None] * len(texts)
     if plain:
         for row, ids in zip(plain_rows, fast.encode(plain), strict=True):
             encoded[row] = ids
     if other:
         for row, ids in zip(other_rows, _encode_with_tokenizer(tokenizer, other), strict=True):
+            encoded[row] = ids
+    if pieces:
+        for row, ids in zip(piece_rows, _open_clip_encode(tokenizer, pieces), strict=True):
             encoded[row] = ids
     eos = tokenizer.eos_token_id
     n_truncated = 0

@@ -92,13 +92,18 @@ def image_namespace(backbone: Backbone) -> str:
 
 
 def text_namespace(backbone: Backbone, prefix: str | None) -> str:
-    """Everything that changes a caption embedding: weights, dtype, prompt prefix, context length, and lower-casing
-    where capeval adds it (SigLIP 2; named only there, so every other model's stored embeddings keep their keys)."""
+    """Everything that changes a caption embedding: weights, dtype, prompt prefix, context length, lower-casing where
+    capeval adds it (SigLIP 2), and for OpenCLIP files open_clip's reading of special-token text (each named only
+    where it applies, so every other model's stored embeddings keep their keys, and no entry cached before capeval
+    read captions that way is reused)."""
     lowercase = "|lowercase=ascii" if backbone.lowercase else ""
-    return (
+    namespace = (
         f"text|model={backbone.name}|weights={backbone.weights}|dtype={backbone.dtype_name}"
         f"|prefix={prefix!r}|context={backbone.context_length}{lowercase}"
     )
+    if backbone.family.special_text != "openai":
+        namespace += f"|special_text={backbone.family.special_text}"
+    return namespace
 
 
 def hash_bytes(data: bytes) -> bytes:

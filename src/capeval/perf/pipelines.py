@@ -52,7 +52,7 @@ def _authors_texts(bb: Backbone, texts: list[str], batch_size: int = 256) -> np.
     feats = []
     for start in range(0, len(texts), batch_size):
         chunk = [with_prefix(t, PREFIX) for t in texts[start : start + batch_size]]
-        ids, _ = tokenize_captions(bb.tokenizer, chunk, bb.context_length)
+        ids, _ = tokenize_captions(bb.tokenizer, chunk, bb.context_length, bb.family.special_text)
         tokens = torch.zeros(len(ids), bb.context_length, dtype=torch.long)  # clip.tokenize pads to 77 with 0
         for row, x in enumerate(ids):
             tokens[row, : len(x)] = torch.tensor(x)
@@ -139,7 +139,9 @@ def prepare_bare_inputs(
         np.stack([preprocess_image(p, i, bb.image_size) for i, p in enumerate(workload.image_paths)])
     )
     texts = sorted(set(workload.candidates) | {r for refs in workload.references for r in refs})
-    ids, _ = tokenize_captions(bb.tokenizer, [with_prefix(t, PREFIX) for t in texts], bb.context_length)
+    ids, _ = tokenize_captions(
+        bb.tokenizer, [with_prefix(t, PREFIX) for t in texts], bb.context_length, bb.family.special_text
+    )
     ids = sorted(ids, key=len)
     batches = [
         pad_batch(ids[s : s + batch_size], bb.tokenizer.pad_token_id) for s in range(0, len(ids), batch_size)

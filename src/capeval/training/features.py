@@ -50,7 +50,10 @@ def text_features(
         torch.Tensor: (N, text width) float32 on the CPU.
     """
     ids, _ = tokenize_captions(
-        backbone.tokenizer, [with_prefix(t, prefix) for t in texts], backbone.context_length
+        backbone.tokenizer,
+        [with_prefix(t, prefix) for t in texts],
+        backbone.context_length,
+        backbone.family.special_text,
     )
     pad = backbone.tokenizer.pad_token_id
     pad = backbone.tokenizer.eos_token_id if pad is None else pad
