@@ -262,7 +262,7 @@ def test_the_cli_offers_the_declared_metrics():
     sub = next(a for a in parser._actions if a.dest == "command").choices
     install = next(a for a in sub["install-modules"]._actions if a.dest == "metrics")
     assert list(install.choices) == SHIPPED
-    corpus_metric = next(a for a in sub["score"]._actions if a.dest == "metric")
+    corpus_metric = next(a for a in sub["corpus"]._actions if a.dest == "metrics")
     assert list(corpus_metric.choices) == list(row_image_metrics())
 
 
