@@ -29,7 +29,7 @@ def test_a_backbone_is_loaded_once_per_process_and_reused(tiny_clip_dir):
 def test_revision_of_a_local_folder_is_the_weights_hash(tiny_clip_dir):
     bb = load_backbone(str(tiny_clip_dir))
     assert bb.revision.startswith("sha256:") and len(bb.revision) == len("sha256:") + 12
-    assert bb.name == f"{tiny_clip_dir}@{bb.revision}"
+    assert bb.name == f"{Path(tiny_clip_dir).name}@{bb.revision}"
     assert (bb.image_size, bb.context_length, bb.embed_dim) == (32, 77, 16)
 
 
@@ -173,6 +173,30 @@ def test_the_reader_can_be_chosen_and_a_wrong_one_is_named(tiny_clip_dir):
 
 
 # --- A folder's identity covers every file that decides its numbers ---
+
+
+def test_two_clones_of_one_folder_sign_alike_and_no_path_is_in_a_signature(tiny_clip_dir, tmp_path):
+    from capeval.testing.shapes import example_items
+
+    items = list(example_items(2).values())
+    captions, images = [it["candidate"] for it in items], [it["image"] for it in items]
+    results = []
+    for home in ("alice/projects", "bob/work/checkouts"):
+        folder = _copy_folder(tiny_clip_dir, tmp_path / home / "clip-tiny")
+        results.append(capeval.RefCLIPScore(model=str(folder))(captions, [["a"], ["b"]], images=images))
+    assert results[0]["signature"] == results[1]["signature"]
+    assert (
+        "|model=clip-tiny@sha256:" in results[0]["signature"] and str(tmp_path) not in results[0]["signature"]
+    )
+    assert results[0]["scores"] == results[1]["scores"]
+
+
+def test_folders_of_one_name_and_other_contents_sign_apart(tiny_clip_dir, tmp_path):
+    a = load_backbone(str(_copy_folder(tiny_clip_dir, tmp_path / "a" / "clip")))
+    b_folder = _copy_folder(tiny_clip_dir, tmp_path / "b" / "clip")
+    _edit_json(b_folder / "config.json", text_config__hidden_act="gelu")
+    b = load_backbone(str(b_folder))
+    assert a.model_id == b.model_id == "clip" and a.name != b.name
 
 
 def _copy_folder(source, target):

@@ -48,7 +48,8 @@ class Backbone:
     Attributes:
         model: the ``CLIPModel`` in eval mode on ``device`` in ``dtype``.
         tokenizer: its CLIP tokenizer.
-        model_id: the Hub id or absolute folder path it was loaded from.
+        model_id: the Hub id, or the name of the local folder it was loaded from (its contents are named by
+            ``revision``; the path is left out so that signatures are the same on every machine).
         revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix over the weight files and the files that
             decide numbers (``checkpoints.files.weights_sha256``).
         device: where it runs.
@@ -217,8 +218,11 @@ def load_backbone(
     if is_open_clip_model(model):
         return _load_open_clip(model, dev, dt, checkpoint)
     folder, revision = locate_model(model)
-    model_id = str(folder) if folder.is_dir() and Path(os.path.expanduser(model)).is_dir() else model
-    key = (model_id, revision, str(dev), dt, checkpoint)
+    # A local folder is named by its own name and (in the revision) its contents, never its path: two clones
+    # scoring with the same weights sign alike. The cache key keeps the path.
+    local = folder.is_dir() and Path(os.path.expanduser(model)).is_dir()
+    model_id = folder.name if local else model
+    key = (str(folder) if local else model, revision, str(dev), dt, checkpoint)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]

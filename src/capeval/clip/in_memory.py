@@ -41,6 +41,7 @@ import hashlib
 import os
 import threading
 import weakref
+from pathlib import Path
 from collections.abc import Mapping
 from contextlib import contextmanager
 
@@ -130,8 +131,13 @@ def split_model_object(model) -> tuple[torch.nn.Module, object, object | None]:
 
 def model_object_id(module: torch.nn.Module) -> str:
     """How signatures name a model object: ``memory:CLIPModel(openai/clip-vit-base-patch32)``, the class and the
-    checkpoint its config says it started from (the weights themselves are named by the hash)."""
+    checkpoint its config says it started from, a local folder by its name only (the weights themselves are named
+    by the hash)."""
     source = str(getattr(getattr(module, "config", None), "_name_or_path", "") or "")
+    if source and (os.path.isabs(source) or source.startswith((".", "~")) or os.path.isdir(source)):
+        source = Path(
+            os.path.expanduser(source)
+        ).name  # a local folder by its name: no machine's path in a signature
     source = source.replace("|", "/")  # '|' separates a signature's fields
     return f"memory:{type(module).__name__}" + (f"({source})" if source else "")
 
