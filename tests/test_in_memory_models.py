@@ -79,7 +79,9 @@ def test_model_object_equals_the_same_weights_loaded_from_their_folder(shapes_mo
     by_object = capeval.CLIPScore(model=(model, processor))(world["captions"], images=world["images"])
     assert by_object["scores"] == pytest.approx(by_name["scores"], abs=1e-6)
     name_field = by_object["signature"].split("|")[1]
-    assert name_field.startswith("model=memory:CLIPModel(shapes-clip)@state-sha256:")  # the folder by name only
+    assert name_field.startswith(
+        "model=memory:CLIPModel(shapes-clip)@state-sha256:"
+    )  # the folder by name only
     # Everything after the model field is the same: prompt, w, dtype.
     assert by_object["signature"].split("|")[2:] == by_name["signature"].split("|")[2:]
 

@@ -41,9 +41,9 @@ import hashlib
 import os
 import threading
 import weakref
-from pathlib import Path
 from collections.abc import Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
