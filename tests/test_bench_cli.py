@@ -226,6 +226,27 @@ def test_list_shows_every_metric_the_runner_accepts_and_what_it_needs(capsys, ti
     assert emscore.splitlines()[-1].strip() == "ok"  # the model given to list is a local folder
 
 
+def test_list_says_a_hub_model_outside_the_cache_needs_a_download(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    assert main(["list", "--data-dir", str(FIX), "--model", "org/not-cached-clip"]) == 0
+    clip = capsys.readouterr().out.split("  clipscore ")[1].split("\n  refclipscore")[0]
+    assert clip.splitlines()[-1].strip() == (
+        "ok once downloaded: org/not-cached-clip is not in the local Hugging Face cache; the first use downloads "
+        "it (network needed)"
+    )
+
+
+def test_list_checks_a_long_clip_spec_without_loading_it(capsys, tmp_path):
+    assert main(["list", "--data-dir", str(FIX), "--model", f"longclip:{tmp_path / 'none.pt'}"]) == 0
+    clip = capsys.readouterr().out.split("  clipscore ")[1].split("\n  refclipscore")[0]
+    assert "unavailable: model 'longclip:" in clip and "no Long-CLIP file at" in clip
+
+
 def test_the_capeval_command_returns_the_bench_exit_code(tmp_path, capsys, no_loading):
     from capeval.cli import main as capeval_main
 

@@ -185,3 +185,11 @@ def test_pickled_objects_beyond_tensors_are_refused_unrun(tmp_path):
     torch.save({"positional_embedding": torch.zeros(2), "extra": collections.Counter()}, tmp_path / "evil.pt")
     with pytest.raises(ValueError, match="longclip|Long-CLIP|state dict"):
         load_backbone(f"longclip:{tmp_path / 'evil.pt'}")
+
+
+def test_a_command_checks_a_long_clip_spec_before_any_work(longclip_file, tmp_path):
+    from capeval.clip.model_sources import model_unavailable
+
+    path, _ = longclip_file
+    assert model_unavailable(f"longclip:{path}") is None
+    assert "no Long-CLIP file at" in model_unavailable(f"longclip:{tmp_path / 'none.pt'}")

@@ -318,14 +318,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
         where = b.data_path(args.data_dir)
         print(f"  {b.name:16} {b.title:16} {where}  [{'present' if where.exists() else 'absent'}]")
     print("\nmetrics (-m NAME):")
+    from capeval.clip.backbones import DEFAULT_MODEL
+    from capeval.clip.model_sources import download_needed
+    from capeval.registry import specs
+
     options = {"model": args.model, "checkpoint": args.checkpoint, "vectors": args.vectors}
+    # Online, a Hub model outside the cache is not unavailable, but a machine without network cannot have it.
+    fetch = download_needed(args.model or DEFAULT_MODEL) if not args.checkpoint else None
+    takes_model = {name for name, declared in specs().items() if "model" in declared.option_names()}
     for name in METRIC_NAMES:
         m = resolve_metric(name, **options)[0]
         why = m.unavailable()
         print(f"  {name:13} {m.name:14} needs {metric_needs(name)}")
         if name in CAPEVAL_METRIC_NOTES:
             print(f"  {'':13} {'':14} runs on {CAPEVAL_METRIC_NOTES[name]}")
-        print(f"  {'':13} {'':14} {'ok' if not why else 'unavailable: ' + _one_line(why)}")
+        status = "ok" if not why else "unavailable: " + _one_line(why)
+        if not why and fetch and name in takes_model:
+            status = f"ok once downloaded: {fetch}"
+        print(f"  {'':13} {'':14} {status}")
     print("\ngroups: " + "; ".join(f"{g} = {' '.join(names)}" for g, names in GROUPS.items()))
     print("any callable: -m package.module:callable or path/to/file.py:callable")
     return 0

@@ -83,8 +83,15 @@ def model_unavailable(model: str) -> str | None:
     Returns:
         The reason in one sentence, or None when the model may load.
     """
+    from capeval.clip.longclip_files import is_longclip_model, resolve_longclip
     from capeval.clip.open_clip_files import SPEC_PREFIX, WEIGHT_SUFFIXES, resolve_open_clip
 
+    if is_longclip_model(model):
+        try:
+            resolve_longclip(model)
+        except (ValueError, FileNotFoundError) as err:
+            return str(err)
+        return None
     local = Path(os.path.expanduser(model))
     if model.startswith(SPEC_PREFIX) or (local.suffix in WEIGHT_SUFFIXES and not local.is_dir()):
         try:
@@ -106,3 +113,22 @@ def model_unavailable(model: str) -> str | None:
     if isinstance(cached, str) or not hub_offline():
         return None
     return f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"
+
+
+def download_needed(model: str) -> str | None:
+    """What loading ``model`` will fetch, when it may load (``model_unavailable`` is None) but is a Hub id outside
+    the local cache: loading it then needs the network. None for local files and cached or offline-refused ids.
+    """
+    from capeval.clip.longclip_files import is_longclip_model
+    from capeval.clip.open_clip_files import is_open_clip_model
+
+    local = Path(os.path.expanduser(model))
+    if is_longclip_model(model) or is_open_clip_model(model) or local.exists() or _looks_like_path(model):
+        return None
+    if model_unavailable(model) is not None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return None
+    return f"{model} is not in the local Hugging Face cache; the first use downloads it (network needed)"
