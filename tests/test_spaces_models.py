@@ -201,7 +201,20 @@ def test_the_fallback_banner_says_the_model_is_the_shapes_clip_and_why(default_e
     plan = decide_model()
     text = _clipscore_panel(plan).banner()
     assert text.startswith(SHAPES_BANNER)
-    assert f"could not get the paper's CLIP: {plan.reason}." in text
+    assert "has no copy of the paper's CLIP (openai/clip-vit-base-patch32) and could not download it" in text
+    # The technical reason is for the server's log: a visitor sees no resolver error or errno.
+    assert plan.reason not in text and "Errno" not in text and "Name or service" not in text
+
+
+def test_the_caption_box_suggests_captions_the_model_in_use_knows(tiny_clip_dir):
+    from capeval.demo.models import placeholder_captions
+    from capeval.testing.shapes_scenes import all_captions
+
+    shapes = placeholder_captions(ModelPlan(str(shapes_clip_path()), SHAPES_FALLBACK, "offline"))
+    assert set(shapes.splitlines()) <= set(all_captions())
+    assert "dog" in placeholder_captions(
+        ModelPlan("openai/clip-vit-base-patch32", "hub", "the Hub serves it")
+    )
 
 
 def test_a_configured_shapes_clip_shows_the_banner_without_a_fallback_reason(monkeypatch):

@@ -125,11 +125,20 @@ def banner(plan: ModelPlan) -> str | None:
         return None
     text = SHAPES_BANNER
     if plan.source == SHAPES_FALLBACK:
+        # The reason itself (a resolver's errno, a status code) goes to the server's log (log_plan), not to visitors.
         text += (
-            f" This server could not get the paper's CLIP: {plan.reason}. It runs the tiny CLIP that capeval "
-            "ships instead, trained on pictures of one coloured circle, square or triangle: try the examples."
+            f" This server has no copy of the paper's CLIP ({DEFAULT_MODEL}) and could not download it from the "
+            "Hugging Face Hub. It runs the tiny CLIP that capeval ships instead, trained on pictures of one "
+            'coloured circle, square or triangle: try the examples, or captions such as "a red circle on the left".'
         )
     return text
+
+
+def placeholder_captions(plan: ModelPlan) -> str:
+    """Candidate captions shown greyed out in an empty caption box: ones the model in use can tell apart."""
+    if plan.is_shapes:
+        return "a red circle on the left\na blue square at the top"
+    return "a dog runs on the beach\na cat sleeps on a sofa"
 
 
 def clip_s_scale_sentence(plan: ModelPlan) -> str:

@@ -39,12 +39,14 @@ class ImagePanel(ModelPanel):
     default_w: float = W_CLIP_S
 
     def build_inputs(self) -> dict:
+        from capeval.demo.models import placeholder_captions
+
         inputs: dict = {
             "image": UploadedImage(label="Image", limits=self.limits, elem_id="image-input", height=280),
             "captions": gr.Textbox(
                 label="Candidate captions (one per line)",
                 lines=4,
-                placeholder="a dog runs on the beach\na cat sleeps on a sofa",
+                placeholder=placeholder_captions(self.model_plan),
                 elem_id="captions-input",
             ),
         }
