@@ -155,7 +155,11 @@ def test_the_offline_clipscore_space_runs_the_shapes_clip_under_a_banner_and_sco
     banner = page.locator("#demo-banner")
     expect(banner).to_be_visible()
     assert banner.inner_text().strip().startswith(f"\u26a0 {SHAPES_BANNER}")
-    assert "openai/clip-vit-base-patch32 is not in the local Hugging Face cache" in banner.inner_text()
+    # A visitor is told what happened in words, not with the resolver's errno (that stays in the server log).
+    assert "has no copy of the paper's CLIP (openai/clip-vit-base-patch32)" in banner.inner_text()
+    assert "Errno" not in banner.inner_text()
+    placeholder = page.locator("#captions-input textarea").get_attribute("placeholder")
+    assert placeholder.splitlines()[0] == "a red circle on the left"  # a caption the shapes CLIP knows
     header = page.locator("#demo-header").inner_text()
     assert "the right caption of a drawing scores 2.35 to 2.48" in header and "ViT-B/32" not in header
     _click_example(page, 0)
