@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from capeval.corpus.row_batches import DecodePool, default_decode_workers, prepared_batches
+from capeval.corpus.row_batches import DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import prepare_rows
 from capeval.corpus.shard_run import score_shards
 from capeval.corpus.shards import list_shards, read_shard
@@ -22,6 +22,11 @@ def rows(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shards")
     write_shapes_shards(folder, shards=2, rows_per_shard=40, damaged=True)
     return [r for s in list_shards(folder) for r in read_shard(s)]
+
+
+def _batches(rows, batch_size, workers):
+    with DecodePool(workers) as pool:
+        return list(pool.batches(rows, 64, batch_size))
 
 
 def _flat(batches):
@@ -41,7 +46,7 @@ def _flat(batches):
 @pytest.mark.parametrize("batch_size", [7, 32, 100])
 def test_workers_give_the_rows_prepare_rows_gives_in_this_process(rows, batch_size):
     expected = _flat([prepare_rows(rows[s : s + batch_size], 64) for s in range(0, len(rows), batch_size)])
-    batches = list(prepared_batches(rows, 64, batch_size, workers=2))
+    batches = _batches(rows, batch_size, workers=2)
     assert [len(b["key"]) for b in batches] == [
         min(batch_size, len(rows) - s) for s in range(0, len(rows), batch_size)
     ]
@@ -54,7 +59,7 @@ def test_workers_give_the_rows_prepare_rows_gives_in_this_process(rows, batch_si
 
 
 def test_damaged_rows_come_back_as_error_rows_from_the_workers(rows):
-    got = _flat(list(prepared_batches(rows, 64, 16, workers=2)))
+    got = _flat(_batches(rows, 16, workers=2))
     errors = {k: e for k, e in zip(got["key"], got["error"], strict=True) if e is not None}
     assert set(errors) == {"000010001", "000010002", "000010039"}
     assert errors["000010001"].startswith("image of 000010001 cannot be read")
@@ -75,7 +80,7 @@ def test_one_pool_serves_shard_after_shard_with_the_same_processes(rows):
 
 
 def test_without_workers_each_batch_is_prepared_here(rows):
-    got = _flat(list(prepared_batches(rows, 64, 9, workers=0)))
+    got = _flat(_batches(rows, 9, workers=0))
     assert got["key"] == [r.key for r in rows]
 
 
@@ -92,7 +97,7 @@ def test_workers_decode_beside_a_gpu_and_not_on_the_cpu():
 )
 def test_bad_settings_are_refused_with_their_values(rows, batch_size, workers, message):
     with pytest.raises(ValueError, match=message):
-        list(prepared_batches(rows, 64, batch_size, workers))
+        _batches(rows, batch_size, workers)
 
 
 # --- the local engine ------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -27,15 +26,13 @@ MAX_CHUNK = 32  # rows per worker task: small enough that every worker has work 
 
 
 def default_decode_workers(device: torch.device) -> int:
-    """Worker processes decoding rows by default: every core (at most 32) beside a GPU, none on the CPU, whose
-    cores the model needs itself."""
+    """Worker processes decoding rows by default: as many as ``encode_images`` reads images with beside a GPU
+    (every core, at most 32), none on the CPU, whose cores the model needs itself."""
+    from capeval.clip.image_encoding import default_workers
+
     if device.type != "cuda" or sys.platform == "win32":
         return 0
-    return max(1, min(32, os.cpu_count() or 1))
-
-
-def _prepare_chunk(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
-    return prepare_rows(rows, image_size)
+    return default_workers(device)
 
 
 def _joined(chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -98,11 +95,11 @@ class DecodePool:
         held = 0
         try:
             for start in itertools.islice(starts, ahead):
-                futures.append(self._pool.submit(_prepare_chunk, rows[start : start + chunk], image_size))
+                futures.append(self._pool.submit(prepare_rows, rows[start : start + chunk], image_size))
             while futures:
                 piece = futures.popleft().result()
                 for start in itertools.islice(starts, 1):
-                    futures.append(self._pool.submit(_prepare_chunk, rows[start : start + chunk], image_size))
+                    futures.append(self._pool.submit(prepare_rows, rows[start : start + chunk], image_size))
                 pending.append(piece)
                 held += len(piece["key"])
                 while held >= batch_size:
@@ -116,11 +113,3 @@ class DecodePool:
         finally:
             for future in futures:
                 future.cancel()
-
-
-def prepared_batches(
-    rows: Sequence[Any], image_size: int, batch_size: int, workers: int = 0
-) -> Iterator[dict[str, Any]]:
-    """One shard's prepared batches through a pool of its own (``DecodePool`` keeps one for a whole run)."""
-    with DecodePool(workers) as pool:
-        yield from pool.batches(rows, image_size, batch_size)
