@@ -351,7 +351,7 @@ def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
 
     plan = _Plan(
         source=tmp_path, engine="local", columns={"caption": "txt", "image": "jpg"}, batch_size=4,
-        embeddings=True, key_metric="clipscore", cut={}, ray={},
+        embeddings=True, key_metric="clipscore", cut={}, num_workers=None, ray={},
     )  # fmt: skip
     scorer = SimpleNamespace(metrics=["clipscore"], signatures={"clipscore": "clipscore|model=m"})
     assert plan.manifest(scorer) == {

@@ -133,9 +133,9 @@ def score_shards(
     plan = _Plan(
         source=source, engine=engine, columns=columns, batch_size=batch_size, embeddings=save_embeddings,
         key_metric=_threshold_column(scorer, threshold_key),
-        cut={"threshold": threshold, "top_fraction": top_fraction},
-        ray={"ray_address": ray_address, "num_workers": num_workers, "worker_gpus": worker_gpus,
-             "worker_cpus": worker_cpus, "options": options},
+        cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers,
+        ray={"ray_address": ray_address, "worker_gpus": worker_gpus, "worker_cpus": worker_cpus,
+             "options": options},
     )  # fmt: skip
     with _claimed_output(output, plan.manifest(scorer)):
         return _score_pending(plan, shards, output, scorer)
@@ -219,6 +219,7 @@ class _Plan:
     embeddings: bool
     key_metric: str
     cut: dict  # threshold, top_fraction
+    num_workers: int | None  # local: decoding processes; Ray: actors (None: each executor's default)
     ray: dict  # run_on_ray's cluster settings and the metric options
 
     def manifest(self, scorer: RowScorer) -> dict[str, Any]:
@@ -241,7 +242,7 @@ def _score_pending(plan: _Plan, shards: list[Shard], output: Path, scorer: RowSc
     start = time.perf_counter()
     caption_column, image_column = plan.columns["caption"], plan.columns["image"]
     if plan.engine == "local":
-        workers = plan.ray["num_workers"]
+        workers = plan.num_workers
         if workers is None:
             workers = default_decode_workers(next(iter(scorer.scorers.values())).backbone.device)
         failed = _run_locally(
@@ -254,7 +255,8 @@ def _score_pending(plan: _Plan, shards: list[Shard], output: Path, scorer: RowSc
         failed = run_on_ray(
             pending, output, scorer.metrics, records=records, caption_column=caption_column,
             image_column=image_column, batch_size=plan.batch_size, embeddings=plan.embeddings,
-            score_columns=scorer.columns(), image_size=scorer.image_size, **plan.ray,
+            score_columns=scorer.columns(), image_size=scorer.image_size, num_workers=plan.num_workers,
+            **plan.ray,
         )  # fmt: skip
     seconds = time.perf_counter() - start
     if failed and len(failed) == len(shards):
