@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from capeval.clip.checkpoints.files import check_finite
-from capeval.clip.devices import DTYPES, resolve_device, resolve_dtype
+from capeval.clip.devices import DTYPES, place_for_scoring, resolve_device, resolve_dtype
 from capeval.clip.families import CLIP, Family, context_length, lower_cases
 from capeval.clip.image_constants import (
     PREPROCESSOR_FILE,
@@ -328,12 +328,9 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         from capeval.clip.checkpoints.load import load_checkpoint_into
 
         weights_tag = load_checkpoint_into(clip, checkpoint)
-    clip.eval().requires_grad_(False)
-    clip.to(device=dev, dtype=dt)
-    if dt != torch.float32:
-        # float16 tops out at 65504: a larger weight becomes inf in the cast.
-        what = where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
-        check_finite(clip.state_dict().items(), what, cast_to=dt)
+    place_for_scoring(
+        clip, dev, dt, where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
+    )
     return Backbone(
         model=clip,
         tokenizer=tokenizer,

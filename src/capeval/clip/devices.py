@@ -56,3 +56,21 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: use one of {sorted(DTYPES)}")
     return DTYPES[dtype]
+
+
+def place_for_scoring(
+    model: torch.nn.Module, dev: torch.device, dt: torch.dtype, what: str
+) -> torch.nn.Module:
+    """A loaded model frozen in eval mode on ``dev`` in ``dt`` (in place), refused if the cast made a weight
+    infinite.
+
+    Raises:
+        ValueError: a weight beyond the dtype's range (float16 tops out at 65504), naming ``what`` and the tensor.
+    """
+    from capeval.clip.checkpoints.files import check_finite
+
+    model.eval().requires_grad_(False)
+    model.to(device=dev, dtype=dt)
+    if dt != torch.float32:
+        check_finite(model.state_dict().items(), what, cast_to=dt)
+    return model

@@ -91,11 +91,9 @@ def build_longclip_model(source: LongClipSource, what: str):
         ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
             tensors.
     """
-    from transformers import CLIPModel
-
     from capeval.clip.checkpoints.files import check_finite, read_state_dict
-    from capeval.clip.checkpoints.layout import HEAD_WIDTH, ClipGeometry, convert_openai_state_dict, copy_into
-    from capeval.clip.open_clip_files import clip_config
+    from capeval.clip.checkpoints.layout import HEAD_WIDTH, ClipGeometry
+    from capeval.clip.open_clip_files import clip_model_from_openai_names
     from capeval.clip.open_clip_tables import OpenClipArchitecture
 
     weights = f"weights file {source.path}"
@@ -107,14 +105,7 @@ def build_longclip_model(source: LongClipSource, what: str):
         g.embed_dim, g.image_size, g.patch_size, g.vision_width, g.vision_layers, HEAD_WIDTH, g.text_width,
         g.text_width // HEAD_WIDTH, g.text_layers, g.context_length, g.vocab_size, quick_gelu=True,
     )  # fmt: skip
-    fc = ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
-    missing = [k for k in fc if k not in sd]
-    if missing:
-        raise ValueError(f"{weights} lacks tensors {missing}: not a Long-CLIP ViT state dict")
-    torch.manual_seed(0)  # every tensor is overwritten below; a fixed seed keeps the build itself repeatable
-    model = CLIPModel(clip_config(arch, sd[fc[0]].shape[0], sd[fc[1]].shape[0]))
-    copy_into(model, convert_openai_state_dict(sd, weights), weights, check_base=False)
-    return model
+    return clip_model_from_openai_names(sd, arch, weights, "a Long-CLIP ViT state dict")
 
 
 def longclip_fields(
@@ -125,7 +116,7 @@ def longclip_fields(
     Raises:
         ValueError: see ``build_longclip_model``; no tokenizer (OpenAI's BPE beside the file or in the cache).
     """
-    from capeval.clip.checkpoints.files import check_finite
+    from capeval.clip.devices import place_for_scoring
     from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
     from capeval.clip.open_clip_files import load_tokenizer
     from capeval.clip.tokenizer_check import check_clip_tokenizer
@@ -134,10 +125,7 @@ def longclip_fields(
     clip = build_longclip_model(source, what)
     tokenizer = load_tokenizer(source, what)
     check_clip_tokenizer(tokenizer, clip.config.text_config, what)
-    clip.eval().requires_grad_(False)
-    clip.to(device=dev, dtype=dt)
-    if dt != torch.float32:  # float16 tops out at 65504: a larger weight becomes inf in the cast
-        check_finite(clip.state_dict().items(), what, cast_to=dt)
+    place_for_scoring(clip, dev, dt, what)
     return {
         "model": clip,
         "tokenizer": tokenizer,

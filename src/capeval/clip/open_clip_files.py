@@ -209,10 +209,8 @@ def build_open_clip_model(source: OpenClipSource, what: str):
         ValueError: unreadable or unsafe file, NaN/inf weights, a shape that differs from the architecture (named),
             missing or unused tensors.
     """
-    from transformers import CLIPModel
-
     from capeval.clip.checkpoints.files import check_finite, read_state_dict
-    from capeval.clip.checkpoints.layout import ClipGeometry, convert_openai_state_dict, copy_into
+    from capeval.clip.checkpoints.layout import ClipGeometry
 
     weights = f"weights file {source.path}"
     sd = read_state_dict(source.path, hint=_TENSORS_ONLY_HINT)
@@ -228,10 +226,24 @@ def build_open_clip_model(source: OpenClipSource, what: str):
             f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "
             f"architecture): {', '.join(have.differences(want))}"
         )
+    return clip_model_from_openai_names(sd, arch, weights, "an OpenCLIP ViT state dict")
+
+
+def clip_model_from_openai_names(sd, arch: OpenClipArchitecture, weights: str, kind: str):
+    """A ``CLIPModel`` of ``arch`` holding ``sd``, tensors in OpenAI's names (OpenCLIP and Long-CLIP files);
+    ``weights`` names the file and ``kind`` what it should be, in errors.
+
+    Raises:
+        ValueError: the MLP tensors that give the widths missing, or tensors missing or unused by the model.
+    """
+    from transformers import CLIPModel
+
+    from capeval.clip.checkpoints.layout import convert_openai_state_dict, copy_into
+
     fc = ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
     missing = [k for k in fc if k not in sd]
     if missing:
-        raise ValueError(f"{weights} lacks tensors {missing}: not an OpenCLIP ViT state dict")
+        raise ValueError(f"{weights} lacks tensors {missing}: not {kind}")
     config = clip_config(arch, sd[fc[0]].shape[0], sd[fc[1]].shape[0])
     torch.manual_seed(0)  # every tensor is overwritten below; a fixed seed keeps the build itself repeatable
     model = CLIPModel(config)
@@ -281,7 +293,7 @@ def open_clip_fields(
     Raises:
         ValueError: see ``build_open_clip_model`` and ``load_tokenizer``; a tokenizer that does not fit.
     """
-    from capeval.clip.checkpoints.files import check_finite
+    from capeval.clip.devices import place_for_scoring
     from capeval.clip.families import OPEN_CLIP_FILE
     from capeval.clip.image_constants import known_origin, open_clip_origin
     from capeval.clip.image_geometry import ProcessorGeometry
@@ -296,10 +308,7 @@ def open_clip_fields(
         from capeval.clip.checkpoints.load import load_checkpoint_into
 
         weights_tag = load_checkpoint_into(clip, checkpoint)
-    clip.eval().requires_grad_(False)
-    clip.to(device=dev, dtype=dt)
-    if dt != torch.float32:  # float16 tops out at 65504: a larger weight becomes inf in the cast
-        check_finite(clip.state_dict().items(), what, cast_to=dt)
+    place_for_scoring(clip, dev, dt, what)
     arch, pre = source.architecture, source.preprocessing
     size = arch.image_size
     if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) in the image's own mode, no crop, RGB after
