@@ -125,10 +125,15 @@ def download_needed(model: str) -> str | None:
     local = Path(os.path.expanduser(model))
     if is_longclip_model(model) or is_open_clip_model(model) or local.exists() or _looks_like_path(model):
         return None
-    if model_unavailable(model) is not None:
+    if hub_offline():  # an uncached id is refused then, and model_unavailable says so
         return None
     from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
-    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except HFValidationError:  # not a Hub id at all: model_unavailable says so
+        return None
+    if isinstance(cached, str):
         return None
     return f"{model} is not in the local Hugging Face cache; the first use downloads it (network needed)"
