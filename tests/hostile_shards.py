@@ -17,6 +17,15 @@ BLOCK = tarfile.BLOCKSIZE
 END = b"\0" * (2 * BLOCK)  # the two zero blocks that end a tar
 
 
+def write_tar(path, members) -> None:
+    """A tar at ``path`` holding ``(name, bytes)`` members in order, written by ``tarfile`` itself."""
+    with tarfile.open(path, "w") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
 def padded(data: bytes) -> bytes:
     return data + b"\0" * (-len(data) % BLOCK)
 

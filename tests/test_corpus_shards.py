@@ -3,9 +3,7 @@ per row equal to the metrics called directly, one Parquet per shard, resumable, 
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 
 import numpy as np
 import pyarrow as pa
@@ -21,16 +19,9 @@ from capeval.corpus.shards import ShardReadError, list_shards, read_shard
 from capeval.diagnostics.categories import DamagedFileWarning
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
+from tests.hostile_shards import write_tar
 
 MODEL = str(shapes_clip_path())
-
-
-def _tar(path, members):
-    with tarfile.open(path, "w") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +62,7 @@ def test_img2dataset_layout_is_read_from_its_tars_not_its_side_files(shards):
 
 def test_members_in_folders_group_by_webdataset_keys(tmp_path):
     jpeg = write_shapes_shards(tmp_path / "src", shards=1, rows_per_shard=1)["000000000"]["image"]
-    _tar(tmp_path / "00000.tar", [
+    write_tar(tmp_path / "00000.tar", [
         ("a/x.txt", b"first"), ("a/x.jpg", jpeg), ("b.jpg", jpeg), ("b.txt", b"second"), ("c.seg.jpg", jpeg),
     ])  # fmt: skip
     rows = read_shard(list_shards(tmp_path / "00000.tar")[0])
@@ -82,7 +73,7 @@ def test_members_in_folders_group_by_webdataset_keys(tmp_path):
 
 def test_hostile_tars_are_refused_by_name_without_extracting_anything(tmp_path):
     jpeg = write_shapes_shards(tmp_path / "src", shards=1, rows_per_shard=1)["000000000"]["image"]
-    _tar(
+    write_tar(
         tmp_path / "00000.tar",
         [("../evil.jpg", jpeg), ("../evil.txt", b"x"), ("ok.jpg", jpeg), ("ok.txt", b"y")],
     )
@@ -232,7 +223,7 @@ def test_invisible_captions_and_empty_references_are_row_errors_not_a_failed_bat
         members += [(f"{key}.jpg", jpeg), (f"{key}.txt", caption.encode()),
                     (f"{key}.json", json.dumps({"references": references}).encode())]  # fmt: skip
     (tmp_path / "in").mkdir()
-    _tar(tmp_path / "in" / "00000.tar", members)
+    write_tar(tmp_path / "in" / "00000.tar", members)
     # The metrics' input checks refuse both for the whole call; the rows carry it instead, and c is scored.
     result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore", "refclipscore"], model=MODEL)
     errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}

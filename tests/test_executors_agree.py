@@ -7,9 +7,7 @@ shard's failure row or the start of the next."""
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import tarfile
 
 import numpy as np
 import pyarrow as pa
@@ -22,20 +20,13 @@ from capeval.corpus.shard_run import score_shards  # noqa: E402
 from capeval.diagnostics.categories import DuplicateKeyWarning  # noqa: E402
 from capeval.testing.shapes import shapes_clip_path  # noqa: E402
 from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+from tests.hostile_shards import write_tar  # noqa: E402
 
 pytestmark = pytest.mark.slow
 MODEL = str(shapes_clip_path())
 METRICS = ["clipscore", "refclipscore"]
 SCORES = ("clipscore", "refclipscore", "clip_s")
 BATCH = 3
-
-
-def _tar(path, members):
-    with tarfile.open(path, "w") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
 
 
 def _parquet_shards(folder, samples):
@@ -72,7 +63,7 @@ def _tar_shards(folder, samples):
     for key, sample in zip(["a", "b", "a", "c"], list(samples.values())[:4], strict=True):
         members += [(f"{key}.jpg", sample["image"]), (f"{key}.txt", sample["caption"].encode()),
                     (f"{key}.json", json.dumps({"references": sample["references"]}).encode())]  # fmt: skip
-    _tar(folder / "00003.tar", members)
+    write_tar(folder / "00003.tar", members)
     (folder / "00004.tar").write_bytes(b"not a tar" * 100)
 
 
