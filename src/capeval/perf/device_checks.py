@@ -47,7 +47,8 @@ class GpuUtilisation:
         return self
 
     def _read(self) -> None:
-        for line in self._proc.stdout if self._proc is not None and self._proc.stdout else ():
+        # Started by __enter__ only once nvidia-smi runs, so its output pipe is there.
+        for line in self._proc.stdout:
             first = line.strip().split(",")[0]
             if first.isdigit():
                 self.samples.append(float(first))
