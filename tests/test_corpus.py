@@ -1,4 +1,5 @@
-"""Corpus scoring (capeval.corpus): equal to the plain API, resumable, error-reporting, filterable."""
+"""Corpus scoring of row sources (JSONL, CSV, image folders, datasets): shards of rows, scored like the plain API,
+resumable per shard, error-reporting, filterable."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from PIL import Image
 
 import capeval
 from capeval.cli import main
-from capeval.corpus.embedding_cache import EmbeddingCache
 from capeval.corpus.run import score_corpus
 
 COLORS = ("red", "green", "blue", "yellow", "purple")
@@ -46,16 +46,42 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def read_scores(output: Path) -> list[dict]:
+    """Every output row of a run, in shard then row order."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for path in sorted((output / "scores").glob("*.parquet")):
+        rows += pq.read_table(path).to_pylist()
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """The corpus rows as CSV with a header; references as a JSON list in their cell."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "image", "caption", "references"])
+        for r in rows:
+            writer.writerow([r["id"], r["image"], r["caption"], json.dumps(r["references"])])
+    return path
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("corpus"), 23)
 
 
-def test_corpus_scores_match_the_plain_api_and_keep_every_row_in_order(corpus, tmp_path, tiny_clip_dir):
+
+# --- Rows scored as the plain API scores them, every row kept, in order ---
+
+
+def test_jsonl_rows_score_as_the_plain_api_per_row_and_every_row_is_kept_in_order(corpus, tmp_path, tiny_clip_dir):
     result = score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, batch_size=4)
-    rows = read_jsonl(result.scores)
-    assert [r["index"] for r in rows] == list(range(23))
-    assert [r["id"] for r in rows] == [f"row{i}" for i in range(23)]
+    rows = read_scores(tmp_path / "out")
+    assert [r["key"] for r in rows] == [f"row{i}" for i in range(23)]
+    assert [r["shard"] for r in rows][::6] == [f"corpus.jsonl-{n:05d}" for n in range(4)]
     source = read_jsonl(corpus)
     good = [i for i in range(23) if i not in (3, 7)]
     plain = capeval.CLIPScore(model=str(tiny_clip_dir), batch_size=4)(
@@ -63,24 +89,16 @@ def test_corpus_scores_match_the_plain_api_and_keep_every_row_in_order(corpus, t
     )
     # Other batches than the plain call: equal up to float rounding.
     assert [rows[i]["clipscore"] for i in good] == pytest.approx(plain["scores"], abs=1e-6)
-    assert result.summary["corpus_score"] == pytest.approx(plain["clipscore"], abs=1e-6)
-    assert result.summary["signature"] == plain["signature"]
+    assert result.summary["mean"]["clipscore"] == pytest.approx(plain["clipscore"], abs=1e-6)
+    assert result.summary["signatures"] == {"clipscore": plain["signature"]}
     assert (result.summary["rows"], result.summary["scored"], result.summary["errors"]) == (23, 21, 2)
-    errors = read_jsonl(result.errors)
-    assert [e["index"] for e in errors] == [3, 7]
-    assert "corrupt.png" in errors[0]["error"] and "caption" in errors[1]["error"]
+    assert "corrupt.png" in rows[3]["error"] and rows[3]["clipscore"] is None
+    assert rows[7]["error"] == "corpus.jsonl line 8 has an empty caption in field 'caption'"
 
 
-def test_refclipscore_corpus_uses_the_references_column(corpus, tmp_path, tiny_clip_dir):
-    result = score_corpus(
-        corpus,
-        tmp_path / "out",
-        "refclipscore",
-        references_column="references",
-        model=str(tiny_clip_dir),
-        chunk_size=10,
-    )
-    rows = read_jsonl(result.scores)
+def test_refclipscore_reads_the_references_field_and_scores_as_the_api(corpus, tmp_path, tiny_clip_dir):
+    score_corpus(corpus, tmp_path / "out", ["refclipscore"], model=str(tiny_clip_dir), chunk_size=10)
+    rows = read_scores(tmp_path / "out")
     source = read_jsonl(corpus)
     plain = capeval.RefCLIPScore(model=str(tiny_clip_dir))(
         [source[0]["caption"], source[1]["caption"]],
@@ -91,103 +109,59 @@ def test_refclipscore_corpus_uses_the_references_column(corpus, tmp_path, tiny_c
     assert [rows[0]["clip_s"], rows[1]["clip_s"]] == pytest.approx(plain["clip_s_scores"], abs=1e-6)
 
 
-def test_rerun_encodes_nothing_and_filters_with_a_new_threshold(corpus, tmp_path, tiny_clip_dir):
-    out = tmp_path / "out"
-    first = score_corpus(corpus, out, model=str(tiny_clip_dir), chunk_size=6)
-    assert first.summary["this_run"]["images_encoded"] == 21  # the corrupt image is not an embedding
-    scores = read_jsonl(first.scores)
-    threshold = sorted(r["clipscore"] for r in scores if "clipscore" in r)[10]
-    again = score_corpus(corpus, out, model=str(tiny_clip_dir), chunk_size=6, threshold=threshold)
-    run = again.summary["this_run"]
-    assert (run["parts"], run["parts_skipped"], run["images_encoded"], run["texts_encoded"]) == (0, 4, 0, 0)
-    assert again.scores.read_bytes() == first.scores.read_bytes()
-    kept = read_jsonl(again.kept)
+def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_clip_dir):
+    # A converted PAC-S folder is a CLIP folder: the tiny CLIP stands in for one.
+    result = score_corpus(corpus, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), chunk_size=50)
+    rows = read_scores(tmp_path / "out")
     source = read_jsonl(corpus)
-    expected = [r["index"] for r in scores if r.get("clipscore", -1) >= threshold]
-    assert [k["id"] for k in kept] == [f"row{i}" for i in expected]
-    assert kept[0] == {**source[expected[0]], "clipscore": scores[expected[0]]["clipscore"]}
-    assert again.summary["kept"] == len(expected) == 11
-
-
-def test_a_shared_cache_reuses_images_across_prefixes_but_not_across_models(
-    corpus, tmp_path, tiny_clip_dir, tiny_clip_dir_b
-):
-    cache = tmp_path / "shared.sqlite"
-    options = dict(chunk_size=50, cache=cache)
-    score_corpus(corpus, tmp_path / "a", model=str(tiny_clip_dir), **options)
-    other_prefix = score_corpus(
-        corpus, tmp_path / "b", model=str(tiny_clip_dir), prefix="A drawing of", **options
+    plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
+        [source[i]["caption"] for i in (0, 1, 2)],
+        references=[source[i]["references"] for i in (0, 1, 2)],
+        images=[str(corpus.parent / source[i]["image"]) for i in (0, 1, 2)],
     )
-    run = other_prefix.summary["this_run"]
-    assert run["images_encoded"] == 0 and run["image_cache_hits"] == 22  # 21 embeddings + 1 remembered error
-    assert run["texts_encoded"] == run["text_cache_hits"] + run["texts_encoded"] > 0
-    other_model = score_corpus(corpus, tmp_path / "c", model=str(tiny_clip_dir_b), **options)
-    assert other_model.summary["this_run"]["image_cache_hits"] == 0
-    assert other_model.summary["this_run"]["images_encoded"] == 21
+    assert [rows[i]["pacscore"] for i in (0, 1, 2)] == pytest.approx(plain["scores"], abs=1e-6)
+    assert [rows[i]["refpacscore"] for i in (0, 1, 2)] == pytest.approx(plain["refpacscore_scores"], abs=1e-6)
+    assert result.summary["signatures"]["pacscore"] == plain["signature"]
 
 
-# --- A shared cache and a model folder edited between runs ---
+# --- Every row source gives the same rows ---
 
 
-def test_a_shared_cache_serves_no_embedding_of_a_model_folder_since_edited(corpus, tmp_path, tiny_clip_dir):
-    import shutil
-
-    folder = Path(shutil.copytree(tiny_clip_dir, tmp_path / "clip"))
-    options = dict(chunk_size=50, cache=tmp_path / "shared.sqlite")
-    first = score_corpus(corpus, tmp_path / "a", model=str(folder), **options)
-    config = json.loads((folder / "config.json").read_text())
-    config["text_config"]["hidden_act"] = config["vision_config"]["hidden_act"] = "gelu"
-    (folder / "config.json").write_text(json.dumps(config))
-    edited = score_corpus(corpus, tmp_path / "b", model=str(folder), **options)
-    run = edited.summary["this_run"]
-    assert (run["image_cache_hits"], run["images_encoded"]) == (0, 21)
-    assert edited.summary["signature"] != first.summary["signature"]
-    source = read_jsonl(corpus)
-    good = [i for i in range(23) if i not in (3, 7)]
-    fresh = capeval.CLIPScore(model=str(shutil.copytree(folder, tmp_path / "fresh")))(
-        [source[i]["caption"] for i in good], images=[str(corpus.parent / source[i]["image"]) for i in good]
-    )
-    rows = read_jsonl(edited.scores)
-    assert [rows[i]["clipscore"] for i in good] == pytest.approx(fresh["scores"], abs=1e-6)
-
-
-def test_an_output_folder_of_another_run_is_refused(corpus, tmp_path, tiny_clip_dir):
-    score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6)
-    with pytest.raises(ValueError, match="holds a run with other settings .*signature"):
-        score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, w=2.0)
-    with pytest.raises(ValueError, match="chunk_size"):
-        score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=7)
-
-
-def test_datasets_sources_score_like_the_jsonl_of_the_same_files(corpus, tmp_path, tiny_clip_dir):
+def test_csv_datasets_and_saved_datasets_give_the_rows_of_the_jsonl(corpus, tmp_path, tiny_clip_dir):
     import datasets
 
-    source = read_jsonl(corpus)[:12]
-    data = {
-        "id": [r["id"] for r in source],
-        "image": [str(corpus.parent / r["image"]) for r in source],
-        "caption": [r["caption"] if r["caption"].strip() else "" for r in source],
+    source = read_jsonl(corpus)
+    absolute = [{**r, "image": str(corpus.parent / r["image"])} for r in source]
+    ds = datasets.Dataset.from_list(absolute).cast_column("image", datasets.Image())
+    ds.save_to_disk(str(tmp_path / "saved-dataset"))
+    sources = {
+        "csv": write_csv(corpus.parent / "corpus.csv", source),
+        "dataset": ds,
+        "iterable": ds.to_iterable_dataset(),
+        "saved": tmp_path / "saved-dataset",
     }
-    ds = datasets.Dataset.from_dict(data).cast_column("image", datasets.Image())
-    jsonl = score_corpus(corpus, tmp_path / "jsonl", model=str(tiny_clip_dir), chunk_size=5)
-    expected = read_jsonl(jsonl.scores)[:12]
-    for name, dataset in {"dataset": ds, "iterable": ds.to_iterable_dataset()}.items():
-        got = score_corpus(dataset, tmp_path / name, model=str(tiny_clip_dir), chunk_size=5, threshold=0.0)
-        rows = read_jsonl(got.scores)
-        assert [r["index"] for r in rows if "error" in r] == [3, 7]
-        # The last part holds other rows than the JSONL's: other batches, equal up to float rounding.
-        got_scores = [r.get("clipscore", 0.0) for r in rows]
-        assert got_scores == pytest.approx([r.get("clipscore", 0.0) for r in expected], abs=1e-6), name
-        kept = read_jsonl(got.kept)
-        assert kept[0]["image"] == data["image"][0]  # the kept row names its image file, not its bytes
-    in_memory = datasets.Dataset.from_dict(
-        {
-            "image": [Image.fromarray(np.asarray(Image.open(p))) for p in data["image"][:3]],
-            "caption": ["a"] * 3,
-        }
-    )
-    got = score_corpus(in_memory, tmp_path / "bytes", model=str(tiny_clip_dir), threshold=0.0)
-    assert got.summary["scored"] == 3 and "image" not in read_jsonl(got.kept)[0]
+    options = dict(model=str(tiny_clip_dir), chunk_size=5, batch_size=5)
+    score_corpus(corpus, tmp_path / "jsonl", ["refclipscore"], **options)
+    want = read_scores(tmp_path / "jsonl")
+    for name, given in sources.items():
+        score_corpus(given, tmp_path / name, ["refclipscore"], **options)
+        got = read_scores(tmp_path / name)
+        assert [r["key"] for r in got] == [r["key"] for r in want], name
+        assert [r["refclipscore"] for r in got] == [r["refclipscore"] for r in want], name
+        assert [r["error"] is None for r in got] == [r["error"] is None for r in want], name
+        assert "cannot be read" in got[3]["error"] and "empty caption" in got[7]["error"], name
+
+
+def test_a_dataset_of_decoded_pictures_is_scored(tmp_path, tiny_clip_dir):
+    import datasets
+
+    rng = np.random.default_rng(4)
+    pictures = [Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)) for _ in range(3)]
+    in_memory = datasets.Dataset.from_dict({"image": pictures, "caption": ["a", "b", "c"]})
+    got = score_corpus(in_memory, tmp_path / "out", model=str(tiny_clip_dir), threshold=0.0)
+    assert got.summary["scored"] == 3
+    plain = capeval.CLIPScore(model=str(tiny_clip_dir))(["a", "b", "c"], images=pictures)
+    assert [r["clipscore"] for r in read_scores(tmp_path / "out")] == pytest.approx(plain["scores"], abs=1e-6)
 
 
 def test_image_folder_with_text_captions(tmp_path, tiny_clip_dir):
@@ -198,13 +172,152 @@ def test_image_folder_with_text_captions(tmp_path, tiny_clip_dir):
         Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
         if i != 2:
             (folder / f"{i}.txt").write_text(f"caption {i}\n")
-    result = score_corpus(tmp_path / "shards", tmp_path / "out", model=str(tiny_clip_dir))
-    rows = read_jsonl(result.scores)
-    assert [r["id"] for r in rows] == ["00000/0", "00000/1", "00000/2", "00000/3"]
-    assert "no caption file 2.txt" in rows[2]["error"]
+    score_corpus(tmp_path / "shards", tmp_path / "out", model=str(tiny_clip_dir))
+    rows = read_scores(tmp_path / "out")
+    assert [r["key"] for r in rows] == ["00000/0", "00000/1", "00000/2", "00000/3"]
+    assert rows[2]["error"] == "no caption file 2.txt beside 00000/2.jpg"
+    assert rows[0]["caption"] == "caption 0"
 
 
-def test_cli_corpus_mode_prints_the_score_and_writes_kept_rows(corpus, tmp_path, tiny_clip_dir, capsys):
+def test_jsonl_lines_with_a_repeated_key_other_bytes_or_deep_nesting_are_error_rows_naming_the_line(tmp_path):
+    from capeval.corpus.reader import choose_columns, open_corpus, read_shard
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(
+        b'{"image": "a.png", "caption": "a dog"}\n'
+        b'{"image": "b.png", "caption": "a cat", "caption": "a hen"}\n'
+        b"\n"
+        b'{"image": "c.png", "caption": "caf\xe9"}\n'
+        b'{"image": "d.png", "caption": "x", "references": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+        b'["not", "an", "object"]\n'
+    )
+    (shard,) = open_corpus(path, 10).shards
+    rows = read_shard(shard, choose_columns([shard], {}))
+    assert rows[0].caption == "a dog" and rows[0].image == str(tmp_path / "a.png") and rows[0].error is None
+    assert [r.key for r in rows] == ["corpus.jsonl:1", "corpus.jsonl:2", "corpus.jsonl:4", "corpus.jsonl:5",
+                                     "corpus.jsonl:6"]  # fmt: skip
+    assert [r.error for r in rows[1:]] == [
+        'corpus.jsonl line 2: key "caption" appears twice in one object (columns 20 and 40); '
+        "each key may appear once",
+        "corpus.jsonl line 4 is not UTF-8 text: byte 0xe9 (invalid continuation byte); save it as UTF-8",
+        "corpus.jsonl line 5 nests arrays and objects more than 100 levels deep; capeval reads at most "
+        "MAX_JSON_DEPTH = 100 (its layouts nest 5)",
+        "corpus.jsonl line 6 is a JSON list, not an object",
+    ]
+
+
+def test_csv_records_spanning_lines_are_cut_into_shards_by_record(tmp_path):
+    from capeval.corpus.reader import choose_columns, open_corpus, read_shard
+
+    path = tmp_path / "rows.csv"
+    path.write_text(
+        'image,caption,references\n'
+        'a.png,"a dog\non two lines","[""a dog""]"\n'
+        'b.png,a cat,\n'
+        '\n'
+        'c.png,a hen,"a hen"\n'
+        'd.png,a cow,"[""a cow"", 3]"\n',
+        encoding="utf-8",
+    )
+    shards = open_corpus(path, 2).shards
+    assert [s.name for s in shards] == ["rows.csv-00000", "rows.csv-00001"]
+    columns = choose_columns(shards, {})
+    first, second = (read_shard(s, columns) for s in shards)
+    assert [(r.key, r.caption, r.references, r.error) for r in first] == [
+        ("rows.csv:2", "a dog\non two lines", ["a dog"], None),
+        ("rows.csv:4", "a cat", None, None),
+    ]
+    assert second[0].key == "rows.csv:6" and "the 'references' field of rows.csv line 6" in second[0].error
+    assert second[1].error == "rows.csv line 7 has references that are not all text: reference 1 is int (3)"
+
+
+# --- Resuming: per shard, and only for an unchanged input ---
+
+
+def test_a_rerun_scores_nothing_and_filters_with_a_new_threshold(corpus, tmp_path, tiny_clip_dir):
+    out = tmp_path / "out"
+    first = score_corpus(corpus, out, model=str(tiny_clip_dir), chunk_size=6)
+    written = {p.name: p.read_bytes() for p in (out / "scores").iterdir()}
+    scores = read_scores(out)
+    threshold = sorted(r["clipscore"] for r in scores if r["error"] is None)[10]
+    again = score_corpus(corpus, out, model=str(tiny_clip_dir), chunk_size=6, threshold=threshold)
+    assert first.summary["shards_scored_now"] == 4 and again.summary["shards_scored_now"] == 0
+    assert {p.name: p.read_bytes() for p in (out / "scores").iterdir()} == written
+    kept = read_jsonl(again.kept)
+    expected = [r["key"] for r in scores if r["error"] is None and r["clipscore"] >= threshold]
+    assert [k["key"] for k in kept] == expected and again.summary["kept"] == len(expected) == 11
+    assert kept[0] == {"shard": "corpus.jsonl-00000", "key": expected[0], "index": int(expected[0][3:])}
+
+
+def test_rows_appended_to_a_jsonl_file_leave_its_earlier_shards_done_and_an_edited_line_is_rescored(
+    tmp_path, tiny_clip_dir
+):
+    from capeval.diagnostics.categories import InputChangedWarning
+
+    corpus = make_corpus(tmp_path, 12, bad_rows=False)
+    options = dict(model=str(tiny_clip_dir), chunk_size=5)
+    score_corpus(corpus, tmp_path / "out", **options)
+    lines = corpus.read_text().splitlines(keepends=True)
+    more = make_corpus(tmp_path / "more", 4, bad_rows=False).read_text().replace('"images/', '"more/images/').replace('"row', '"more')
+    corpus.write_text("".join(lines) + more)
+    grown = score_corpus(corpus, tmp_path / "out", **options)
+    # Shards 0 and 1 are unchanged; the last one grew from 2 to 5 rows and one more holds the last row.
+    assert grown.summary["shards_scored_now"] == 2 and grown.summary["rows"] == 16
+    lines = corpus.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace("shape", "form")
+    corpus.write_text("".join(lines))
+    with pytest.warns(InputChangedWarning, match=r"input shard corpus.jsonl-00000 .*changed .*content"):
+        edited = score_corpus(corpus, tmp_path / "out", **options)
+    assert edited.summary["shards_scored_now"] == 1
+    assert read_scores(tmp_path / "out")[1]["caption"] == "a green form 1"
+
+
+def test_an_output_folder_of_another_run_is_refused(corpus, tmp_path, tiny_clip_dir):
+    score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6)
+    with pytest.raises(ValueError, match="holds a run with other settings .*signatures"):
+        score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, w=2.0)
+    with pytest.raises(ValueError, match="holds a run with other settings .*chunk_size: 6 there, 7 now"):
+        score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=7)
+
+
+# --- Rows that lack references ---
+
+
+def test_refclipscore_rows_without_references_are_error_rows_naming_the_row(corpus, tmp_path, tiny_clip_dir):
+    rows = read_jsonl(corpus)
+    for i in (0, 10):
+        del rows[i]["references"]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows))
+    result = score_corpus(mixed, tmp_path / "out", ["refclipscore"], model=str(tiny_clip_dir))
+    got = read_scores(tmp_path / "out")
+    assert got[0]["error"] == "row row0 has no references (refclipscore needs them)" and got[1]["error"] is None
+    assert result.summary["scored"] == 19 and result.summary["error_kinds"]["references"] == 2
+
+
+def test_pacscore_scores_rows_without_references_and_counts_each_mean(corpus, tmp_path, tiny_clip_dir):
+    rows = read_jsonl(corpus)
+    for i in (0, 1, 2, 10):
+        del rows[i]["references"]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows))
+    # Batches of 4 mix rows with and without references: each row's values are those of the plain API.
+    result = score_corpus(mixed, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), batch_size=4)
+    got = read_scores(tmp_path / "out")
+    assert got[0]["refpacscore"] is None and got[0]["error"] is None and got[4]["refpacscore"] is not None
+    assert result.summary["score_counts"] == {"pacscore": 21, "refpacscore": 17}
+    plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
+        [rows[i]["caption"] for i in (4, 5)],
+        references=[rows[i]["references"] for i in (4, 5)],
+        images=[str(corpus.parent / rows[i]["image"]) for i in (4, 5)],
+    )
+    assert [got[4]["refpacscore"], got[5]["refpacscore"]] == pytest.approx(plain["refpacscore_scores"], abs=1e-6)
+
+
+# --- The command line and the progress bar ---
+
+
+def test_cli_corpus_prints_the_means_and_writes_kept_rows(corpus, tmp_path, tiny_clip_dir, capsys):
     out = tmp_path / "out"
     rc = main(
         [
@@ -215,110 +328,13 @@ def test_cli_corpus_mode_prints_the_score_and_writes_kept_rows(corpus, tmp_path,
     assert rc == 0
     printed = capsys.readouterr()
     summary = json.loads((out / "summary.json").read_text())
-    assert f"clipscore: {summary['corpus_score']:.4f} over 21 rows" in printed.out
-    assert "kept 21 row(s) with clipscore >= 0.0" in printed.out
-    assert "2 row(s) could not be scored" in printed.err
+    assert f"21 of 23 rows scored in 3 shard file(s): clipscore {summary['mean']['clipscore']:.4f}" in printed.out
+    assert "kept 21 row(s) with clipscore >= 0.0000" in printed.out
+    assert "2 row(s) not scored" in printed.err
     assert len(read_jsonl(out / "kept.jsonl")) == 21
 
 
-def test_progress_bar_reports_rate_and_eta(corpus, tmp_path, tiny_clip_dir, capsys):
+def test_progress_bar_counts_shards_and_rows(corpus, tmp_path, tiny_clip_dir, capsys):
     score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, progress=True)
     err = capsys.readouterr().err
-    assert "23/23" in err and "row/s" in err and "<00:00" in err
-
-
-def test_cache_survives_in_committed_batches(tmp_path):
-    import torch
-
-    with EmbeddingCache(tmp_path / "c.sqlite") as cache:
-        ns = cache.namespace("image|test")
-        cache.put_many(ns, [b"a" * 16, b"b" * 16], torch.eye(2))
-        cache.put_many(ns, [b"c" * 16], errors=["corrupt"])
-    with EmbeddingCache(tmp_path / "c.sqlite") as cache:
-        found = cache.get_many(cache.namespace("image|test"), [b"a" * 16, b"c" * 16, b"d" * 16])
-        assert found[b"a" * 16].tolist() == [1.0, 0.0] and found[b"c" * 16] == "corrupt" and len(found) == 2
-        assert cache.get_many(cache.namespace("image|other"), [b"a" * 16]) == {}
-
-
-def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_clip_dir):
-    # A converted PAC-S folder is a CLIP folder: the tiny CLIP stands in for one.
-    result = score_corpus(corpus, tmp_path / "out", "pacscore", checkpoint=str(tiny_clip_dir), chunk_size=50)
-    rows = read_jsonl(result.scores)
-    source = read_jsonl(corpus)
-    plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
-        [source[i]["caption"] for i in (0, 1, 2)],
-        images=[str(corpus.parent / source[i]["image"]) for i in (0, 1, 2)],
-    )
-    assert [rows[i]["pacscore"] for i in (0, 1, 2)] == pytest.approx(plain["scores"], abs=1e-6)
-    assert result.summary["signature"] == plain["signature"]
-
-
-def test_refclipscore_without_a_references_column_is_refused_before_scoring(corpus, tmp_path, tiny_clip_dir):
-    with pytest.raises(ValueError, match="refclipscore needs references"):
-        score_corpus(corpus, tmp_path / "out", "refclipscore", model=str(tiny_clip_dir))
-    assert not (tmp_path / "out").exists()
-
-
-def _open_cache_at_once(path: str, barrier) -> None:
-    barrier.wait()
-    with EmbeddingCache(path) as cache:
-        cache.namespace("image|test")
-
-
-def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path):
-    # torchrun starts every rank at the same moment; switching a new file to WAL used to fail in one of them
-    # with "database is locked".
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    for attempt in range(8):
-        barrier = ctx.Barrier(4)
-        path = str(tmp_path / f"c{attempt}.sqlite")
-        procs = [ctx.Process(target=_open_cache_at_once, args=(path, barrier)) for _ in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=120)
-        assert [p.exitcode for p in procs] == [0, 0, 0, 0], f"attempt {attempt}"
-
-
-# --- JSON files: duplicate keys, nesting, encodings ---
-
-
-def test_jsonl_rows_with_a_repeated_key_other_bytes_or_deep_nesting_are_error_rows_naming_the_line(tmp_path):
-    from capeval.corpus.sources import JsonlSource
-
-    path = tmp_path / "corpus.jsonl"
-    path.write_bytes(
-        b'{"image": "a.png", "caption": "a dog"}\n'
-        b'{"image": "b.png", "caption": "a cat", "caption": "a hen"}\n'
-        b'{"image": "c.png", "caption": "caf\xe9"}\n'
-        b'{"image": "d.png", "caption": "x", "references": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
-    )
-    ((_, rows, _),) = list(JsonlSource([path]).parts(10, lambda part, count: True))
-    assert rows[0][1]["caption"] == "a dog"
-    assert [row.get("__error__") for _, row in rows[1:]] == [
-        'corpus.jsonl line 2: key "caption" appears twice in one object (columns 20 and 40); '
-        "each key may appear once",
-        "corpus.jsonl line 3 is not UTF-8 text: byte 0xe9 (invalid continuation byte); save it as UTF-8",
-        "corpus.jsonl line 4 nests arrays and objects more than 100 levels deep; capeval reads at most "
-        "MAX_JSON_DEPTH = 100 (its layouts nest 5)",
-    ]
-
-
-# --- Which parts a process scores ---
-
-
-def test_a_process_scores_its_own_parts_that_are_not_on_disk(tmp_path):
-    from types import SimpleNamespace
-
-    from capeval.corpus.part_run import PartRun
-
-    state = SimpleNamespace(process_index=1, num_processes=2, is_main_process=False)
-    run = PartRun(tmp_path, "clipscore", None, None, None, chunk_size=4, state=state, cache=tmp_path / "c")
-    assert [run.wanted(p, 4) for p in range(4)] == [False, True, False, True]
-    (tmp_path / "parts").mkdir()
-    (tmp_path / "parts" / "part-00000001.jsonl").write_text("}{ not a part\n")
-    with pytest.warns(UserWarning, match=r"part-00000001.jsonl is damaged .*scoring part 1 again"):
-        assert run.wanted(1, 4)
-    assert run.counters.parts_rescored == 1
+    assert "4/4" in err and "shard/s" in err and "rows=23" in err

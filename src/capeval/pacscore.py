@@ -174,5 +174,6 @@ SPEC = MetricSpec(
         Output("refpacscore", "RefPAC-S", "refpacscore_scores", uses_references=True, uses_images=True,
                column="RefPAC-S", note=_NOTE),
     ),
+    row_columns=("refpacscore",),  # written only for rows with references
 )  # fmt: skip
 SPECS = (SPEC,)

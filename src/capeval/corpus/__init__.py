@@ -1,11 +1,12 @@
-"""Scoring corpora of any size: sources, resumable runs, the embedding cache, multi-process sharding.
+"""Scoring corpora of any size and format: one reader, one output schema, a local and a Ray executor.
 
-Modules: ``sources`` (rows of JSONL files, image folders, ``datasets``), ``items`` (rows checked into items),
-``embedding_cache`` (SQLite, keyed by content hash and model signature), ``cached_encoding`` (embeddings looked up
-there, the rest encoded in fixed batches), ``run`` (``score_corpus``: resume, filtering), ``outputs`` (part files
-written atomically and checked on resume, the merged outputs, the run's manifest), ``lock`` (one run per output
-folder), ``distributed`` (``score_distributed``: each process encodes its share under torchrun / accelerate) and
-``cli`` (``capeval corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
+Modules: ``reader`` (any source as shards of rows: ``shards`` for WebDataset tars and Parquet files, ``row_sources``
+and ``record_rows`` for JSONL, CSV, image folders and ``datasets``; ``row_checks`` the checks every row passes),
+``row_scoring`` and ``row_batches`` (rows prepared and scored in batches), ``shard_outputs`` and ``shard_summary``
+(one Parquet file per shard, the resume rule, the summary and the kept rows), ``run`` (``score_corpus``),
+``local_executor`` and ``ray_engine`` (where the work runs), ``run_folder`` and ``lock`` (one run per output folder),
+``distributed`` (``score_distributed``: lists scored by the processes of a ``torchrun`` launch) and ``cli``
+(``capeval corpus``). Above the metrics and the CLIP engine; below the CLI and the integrations.
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ _PUBLIC = {
     "CHUNK_SIZE": "capeval.corpus.run",
     "score_distributed": "capeval.corpus.distributed",
     "process_state": "capeval.corpus.distributed",
-    "EmbeddingCache": "capeval.corpus.embedding_cache",
-    "open_source": "capeval.corpus.sources",
     # What a corpus run refuses, by name (all ValueErrors).
-    "CacheFileError": "capeval.corpus.embedding_cache",
-    "DamagedPartError": "capeval.corpus.outputs",
-    "EmptySourceError": "capeval.corpus.sources",
+    "EmptySourceError": "capeval.corpus.row_sources",
     "FolderInUseError": "capeval.corpus.lock",
+    "ShardReadError": "capeval.corpus.shards",
 }
 __all__ = sorted(_PUBLIC)
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

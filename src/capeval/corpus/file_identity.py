@@ -33,12 +33,20 @@ def file_identity(path: str | os.PathLike) -> dict[str, int | str]:
 
 
 def identity_changes(recorded: dict, current: dict) -> list[str]:
-    """What differs between two identities, in words (``["size 120 -> 240 bytes", ...]``); empty when equal."""
+    """What differs between two identities, in words (``["size 120 -> 240 bytes", "content"]``); empty when equal.
+
+    Identities are ``file_identity``'s, or a row-source shard's (``capeval.corpus.row_sources``): any other entry
+    that differs is named by its key.
+    """
+    words = {"mtime_ns": "modification time", "sampled_sha256": "content", "sha256": "content"}
     changes = []
-    if recorded.get("size") != current.get("size"):
-        changes.append(f"size {recorded.get('size')} -> {current.get('size')} bytes")
-    if recorded.get("mtime_ns") != current.get("mtime_ns"):
-        changes.append("modification time")
-    if recorded.get("sampled_sha256") != current.get("sampled_sha256"):
-        changes.append("content")
+    where = {"path", "folder", "bytes"}  # where a shard lies is not what it holds: a moved shard is the same one
+    for key in sorted((set(recorded) | set(current)) - where):
+        before, now = recorded.get(key), current.get(key)
+        if before == now:
+            continue
+        if key in ("size", "rows", "images"):
+            changes.append(f"{key} {before} -> {now}")
+        else:
+            changes.append(words.get(key, key))
     return changes

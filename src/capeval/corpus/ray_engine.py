@@ -1,9 +1,9 @@
-"""The Ray Data engine of ``score_shards``: read tasks on CPUs, an actor pool holding the models.
+"""The Ray executor of ``score_corpus``: read tasks on CPUs, an actor pool holding the models.
 
 The pipeline, streamed by Ray Data:
 
 1. a dataset of the shards still to score (decided on the driver from the files already written);
-2. read tasks (one shard each, ``ReadShard``): ``read_shard`` then ``prepare_rows`` (decode, CLIP's
+2. read tasks (one shard each): ``reader.read_shard`` (the reader the local executor uses) then ``prepare_rows`` (decode, CLIP's
    geometric preprocessing) in batches, each row carrying its shard's row count;
 3. ``map_batches`` over an actor pool (``ScoreActor``): each actor loads the metrics' models once (one GPU
    per actor when the cluster has GPUs, else a fraction of a CPU so the read tasks keep CPUs: an actor
@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ import numpy as np
 
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import write_shard_output
-from capeval.corpus.shards import Shard, ShardReadError, read_shard
+from capeval.corpus.reader import read_shard
+from capeval.corpus.shards import Shard
 
 CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran
 READ_TASK_RETRIES = 3  # a read task is re-run when its worker dies (a node lost); -1 would retry forever
@@ -57,19 +59,25 @@ def _import_ray():
 
 
 def read_and_prepare(
-    batch: dict[str, np.ndarray], caption_column, image_column, batch_size: int, image_size: int
+    batch: dict[str, np.ndarray], columns: dict[str, Any], batch_size: int, image_size: int, datasets: dict
 ):
-    """Read task: one shard's rows, prepared in batches (plain columns Ray can move).
+    """Read task: one shard's rows (``reader.read_shard``, as the local executor reads them), prepared in
+    batches (plain columns Ray can move).
 
     Every batch carries ``shard_rows`` (the shard's row count, so the driver knows when a shard is whole)
-    and ``failure`` (why the shard could not be read, on a single placeholder row; else None).
+    and ``failure`` (why the shard could not be read, on a single placeholder row; else None). ``datasets``
+    holds the object references of the ``datasets`` datasets the shards name (each put in the object store once).
     """
-    for path, name, kind in zip(batch["path"], batch["name"], batch["kind"], strict=True):
-        shard = Shard(path=Path(str(path)), name=str(name), kind=str(kind))
+    import ray
+
+    for blob in batch["shard"]:
+        shard = pickle.loads(blob)
+        if shard.kind == "datasets":
+            shard = replace(shard, dataset=ray.get(datasets[shard.dataset]))
         try:
-            rows = read_shard(shard, caption_column, image_column)
-            failure = None if rows else f"shard {shard.path} holds no sample"
-        except (ShardReadError, ValueError) as err:
+            rows = read_shard(shard, columns)
+            failure = None if rows else f"shard {shard.path or shard.name} holds no sample"
+        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
             rows, failure = [], str(err)
         if failure is not None:
             yield _failure_batch(shard.name, failure, image_size)
@@ -169,14 +177,13 @@ def run_on_ray(
     metrics: Sequence[str],
     options: dict[str, Any],
     *,
-    caption_column: str | None,
-    image_column: str | None,
+    columns: dict[str, Any],
     batch_size: int,
     embeddings: bool,
     score_columns: Sequence[str],
     image_size: int,
     records: dict[str, dict],
-    ray_address: str | None = None,
+    address: str | None = None,
     num_workers: int | None = None,
     worker_gpus: float | None = None,
     worker_cpus: float | None = None,
@@ -185,7 +192,7 @@ def run_on_ray(
     """Score ``shards`` on Ray and write each one's output file; returns ``{shard: why}`` for unreadable ones.
 
     ``score_columns`` and ``image_size`` come from a ``RowScorer`` of the same metrics built on the driver
-    (``score_shards`` builds one first, so a model that cannot be loaded fails before Ray starts).
+    (``score_corpus`` builds one first, so a model that cannot be loaded fails before Ray starts).
 
     ``records`` maps each shard to its ``shard_outputs.input_record``, taken before it is read, written in its
     output. ``actor_class`` is a ``ScoreActor`` (or a subclass: the fault-injection tests kill one mid-shard).
@@ -194,19 +201,14 @@ def run_on_ray(
     if not shards:
         return {}
     if not ray.is_initialized():
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     pool = _actor_pool(
         ray.cluster_resources().get("GPU", 0), options, size=num_workers, gpus=worker_gpus, cpus=worker_cpus
     )
-    reads = {
-        "caption_column": caption_column,
-        "image_column": image_column,
-        "batch_size": batch_size,
-        "image_size": image_size,
-    }
+    reads = {"columns": columns, "batch_size": batch_size, "image_size": image_size}
     ds = _read_stage(ray, shards, reads)
     constructor = {"metrics": list(metrics), "embeddings": embeddings}
     ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
@@ -261,14 +263,23 @@ def _actor_pool(
 
 def _read_stage(ray, shards: list[Shard], reads: dict[str, Any]):
     """The dataset of the shards' prepared rows: one read task per shard (``read_and_prepare`` with ``reads``,
-    its keyword arguments), re-run ``READ_TASK_RETRIES`` times when its worker dies."""
-    items = [{"path": str(s.path), "name": s.name, "kind": s.kind} for s in shards]
+    its keyword arguments), re-run ``READ_TASK_RETRIES`` times when its worker dies. A ``datasets`` dataset is put
+    in the object store once, not copied into every task."""
+    refs: dict[str, Any] = {}
+    items = []
+    for shard in shards:
+        if shard.kind == "datasets":
+            key = str(id(shard.dataset))
+            if key not in refs:
+                refs[key] = ray.put(shard.dataset)
+            shard = replace(shard, dataset=key)
+        items.append({"shard": pickle.dumps(shard)})
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     with warnings.catch_warnings():  # the deprecation of these keywords: see _retry_limits
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
         return ds.map_batches(
             read_and_prepare,
-            fn_kwargs=reads,
+            fn_kwargs={**reads, "datasets": refs},
             batch_size=1,
             num_cpus=1,
             **_retry_limits(ds, max_retries=READ_TASK_RETRIES),

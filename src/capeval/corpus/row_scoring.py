@@ -154,6 +154,10 @@ class RowScorer:
             names += [name, *self._row_columns[name]]
         return list(dict.fromkeys(names))
 
+    def _optional_columns(self) -> set[str]:
+        """Columns a row may lack (NaN) without error: those a metric writes only for rows with references."""
+        return {c for name in self.reads_references - self.needs_references for c in self._row_columns[name]}
+
     def score(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Scores of one prepared batch (``prepare_rows``'s dict), error rows left NaN with their error.
 
@@ -181,6 +185,11 @@ class RowScorer:
             if not rows:
                 continue
             backbone = scorer.backbone
+            groups = [rows]
+            if name in self.reads_references and name not in self.needs_references:
+                # PAC-S scores a row without references (its RefPAC-S is absent): rows with and without them in
+                # two calls, so a row's values never depend on the other rows of its batch.
+                groups = [[i for i in rows if batch["references"][i]], [i for i in rows if not batch["references"][i]]]
             if id(backbone) not in encoded:  # the metrics of one model share one image encoding
                 emb = encode_images(
                     backbone,
@@ -191,24 +200,29 @@ class RowScorer:
                     reader="threads",
                 )
                 encoded[id(backbone)] = dict(zip(live, emb, strict=True))
-            vectors = torch.stack([encoded[id(backbone)][i] for i in rows])
-            refs = [batch["references"][i] for i in rows]
-            references = refs if name in self.reads_references and all(refs) else None
-            captions, references = scorer.checked_inputs([batch["caption"][i] for i in rows], references)
-            # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
-            caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
-            result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
-            for field, values in per_row_fields(name, result, len(rows)).items():
-                if field in columns:
-                    columns[field][rows] = values
-            if self.embeddings and image_emb is None:
-                image_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
-                text_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
-                image_emb[rows] = vectors.numpy().astype(np.float16)
-                text_emb[rows] = caption_emb.cpu().numpy().astype(np.float16)
+            for group in (g for g in groups if g):
+                vectors = torch.stack([encoded[id(backbone)][i] for i in group])
+                refs = [batch["references"][i] for i in group]
+                references = refs if name in self.reads_references and all(refs) else None
+                captions, references = scorer.checked_inputs([batch["caption"][i] for i in group], references)
+                # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
+                caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
+                result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
+                for field, values in per_row_fields(name, result, len(group)).items():
+                    if field in columns:
+                        columns[field][group] = values
+                if self.embeddings and name == self.metrics[0]:
+                    if image_emb is None:
+                        image_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
+                        text_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
+                    image_emb[group] = vectors.numpy().astype(np.float16)
+                    text_emb[group] = caption_emb.cpu().numpy().astype(np.float16)
+        optional = self._optional_columns()
         for i in live:
             bad = {
-                c: float(v[i]) for c, v in columns.items() if errors[i] is None and not math.isfinite(v[i])
+                c: float(v[i])
+                for c, v in columns.items()
+                if errors[i] is None and not math.isfinite(v[i]) and not (c in optional and np.isnan(v[i]))
             }
             if bad and errors[i] is None:
                 # NaN would poison the corpus mean and every comparison with a threshold.

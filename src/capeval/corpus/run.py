@@ -1,34 +1,23 @@
-"""Scoring corpora of any size: streaming, resumable after a crash, sharded across processes, filterable.
+"""Scoring a corpus of any size and format, resumably, on this machine or a Ray cluster.
 
-``score_corpus(source, output_dir, metric="clipscore", model=...)`` reads the rows of a JSONL file, a folder
-of JSONL files, a folder of images with ``.txt`` captions, or a ``datasets`` dataset (in memory, saved with
-``save_to_disk``, or streaming) in parts of ``chunk_size`` rows, and writes:
+``score_corpus(source, output_dir, metrics=["clipscore"], model=...)`` reads any source as shards of rows
+(``capeval.corpus.reader``: WebDataset tars and Parquet files as they are; JSONL and CSV files, image folders and
+``datasets`` datasets cut into shards of ``chunk_size`` rows), scores every row with per-row image metrics, and
+writes one output schema whatever the source:
 
-- ``parts/part-NNNNNNNN.jsonl``: each part's results, written atomically (temporary file + rename) when the
-  part is done: a part file exists complete or not at all. A rerun skips the parts that exist and pass
-  ``outputs.read_part``'s checks; a damaged one (garbage, empty, a row missing, a non-finite score, a header
-  that disagrees with the source) is scored again, with a warning naming the file and what was wrong.
-- ``embeddings.sqlite``: every image and caption embedding, committed batch by batch and keyed by content
-  hash and model signature (``capeval.corpus.embedding_cache``): a run killed mid-part resumes from the last batch,
-  and nothing is encoded twice, in this run or any later one sharing the cache.
-- ``scores.jsonl`` (one line per input row, in input order: ``index``, ``id``, the per-row scores, or
-  ``error``), ``errors.jsonl``, ``kept.jsonl`` (rows whose score passes ``threshold``, with their fields) and
-  ``summary.json``, all written atomically once every part exists.
-- ``run.json`` (the settings, ``outputs.check_manifest``) and ``run.lock``: one run per folder at a time
-  (``capeval.corpus.lock``); a second is refused with an error naming the folder.
+- ``scores/<shard>.parquet``: one per input shard, one row per sample (``capeval.corpus.shard_outputs``), written
+  atomically, its footer recording the input shard's identity;
+- ``summary.json`` and, with a ``threshold`` or ``top_fraction``, ``kept.jsonl`` (``capeval.corpus.shard_summary``);
+- ``run.json`` (the settings) and ``run.lock`` (one run per folder at a time, ``capeval.corpus.run_folder``).
 
-A source that yields no row is refused before anything is written (``sources.EmptySourceError``, saying what
-the path holds). A row whose score comes out NaN or infinite (a model that overflows) is an error row, never a
-number in the mean.
+One resume rule: a rerun skips a shard whose output is whole and records the same input; a shard whose input
+changed is scored again and said so (``shard_outputs.is_done``). A shard that cannot be read is reported in the
+summary while the others are scored.
 
-Memory stays bounded by the part size whatever the corpus size: rows are read lazily, one part at a time,
-and the outputs are merged line by line. Under ``torchrun`` / ``accelerate launch`` each process takes the
-parts ``p % world_size == rank`` (on its own GPU) and the main process merges.
-
-Results equal an uninterrupted run exactly (same machine and thread count): within a part, images and captions missing from the cache are
-encoded in batches cut the same way whatever is already cached (a resumed part's missing items are a suffix
-of the uninterrupted run's list). With several processes, an image or caption repeated across parts of
-different processes may be encoded in another batch than in a one-process run: equal up to float rounding.
+Two executors differ only in where the work runs: ``"local"`` (this process; under ``torchrun`` / ``accelerate
+launch`` each process takes every ``world_size``-th pending shard, ``capeval.corpus.local_executor``) and ``"ray"``
+(read tasks and an actor pool, ``capeval.corpus.ray_engine``). Both read with ``reader.read_shard``, prepare and
+score with ``capeval.corpus.row_scoring`` and write with ``shard_outputs``: the same input gives the same rows.
 """
 
 from __future__ import annotations
@@ -36,186 +25,295 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.items import Columns
-from capeval.corpus.part_run import PartRun
-from capeval.corpus.sources import DatasetSource, ImageFolderSource, JsonlSource, Source, open_source
+from capeval.clip.batching import BATCH_SIZE
+from capeval.corpus.reader import Corpus, choose_columns, open_corpus
+from capeval.corpus.row_scoring import RowScorer, check_row_metrics
+from capeval.corpus.run_folder import claimed_output
+from capeval.corpus.shard_outputs import FORMAT, input_record, is_done, remove_stale_temporaries
+from capeval.corpus.shard_summary import summarise_outputs
 from capeval.diagnostics.run_warnings import summarised_warnings
-from capeval.registry import build_scorer, row_image_metrics, spec
 
-__all__ = [
-    "CorpusResult",
-    "DatasetSource",
-    "ImageFolderSource",
-    "JsonlSource",
-    "Source",
-    "open_source",
-    "score_corpus",
-]
-
-CHUNK_SIZE = 1024  # rows per part: the unit of resumption and of memory use
+CHUNK_SIZE = 1024  # rows per shard of a row source: the unit of resumption, of memory and of a Ray read task
+EXECUTORS = ("local", "ray")
 
 
 @dataclass
 class CorpusResult:
-    """Where a corpus run wrote its outputs, and its summary (also in ``summary.json``)."""
+    """Where a corpus run wrote its files, and its summary (also in ``summary.json``)."""
 
     output_dir: Path
-    scores: Path
-    errors: Path
+    scores: Path  # the folder of per-shard Parquet files
     kept: Path | None
     summary: dict
 
 
-@summarised_warnings()  # one warning per kind for the whole corpus, not one per chunk
+@summarised_warnings()  # one warning per kind for the whole corpus, not one per shard
 def score_corpus(
     source: Any,
     output_dir: str | os.PathLike,
-    metric: str = "clipscore",
+    metrics: str | Sequence[str] = ("clipscore",),
     *,
+    executor: str = "local",
     caption_column: str | None = None,
     image_column: str | None = None,
     references_column: str | None = None,
-    id_column: str | None = "id",
+    id_column: str | None = None,
     split: str | None = None,
     threshold: float | None = None,
-    threshold_key: str | None = None,
-    cache: str | os.PathLike | None = None,
-    chunk_size: int = CHUNK_SIZE,
-    progress: bool | None = None,
-    num_workers: int | None = None,
-    engine: str = "local",
-    metrics: Sequence[str] | None = None,
     top_fraction: float | None = None,
+    threshold_key: str | None = None,
+    chunk_size: int = CHUNK_SIZE,
+    batch_size: int = BATCH_SIZE,
+    num_workers: int | None = None,
     save_embeddings: bool = False,
-    ray_address: str | None = None,
-    **options,
+    progress: bool | None = None,
+    ray: dict[str, Any] | None = None,
+    model: str | os.PathLike | None = None,
+    device: str | None = None,
+    dtype: str = "float32",
+    prefix: str | None = None,
+    w: float | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> CorpusResult:
-    """Score every row of a corpus, resumably; see the module docstring for the files written.
+    """Score every row of a corpus; rerunning with the same ``output_dir`` resumes (see the module docstring).
 
     Args:
-        source: JSONL file, folder of JSONL files, folder of images with ``.txt`` captions, ``save_to_disk``
-            folder, ``datasets`` dataset (``Dataset`` or streaming ``IterableDataset``), or a dataset name
-            streamed with ``datasets.load_dataset(name, split=split, streaming=True)``.
-        output_dir: where parts and outputs go; rerunning with the same folder resumes.
-        metric: ``"clipscore"``, ``"refclipscore"`` or ``"pacscore"``.
-        caption_column, image_column, references_column, id_column: the row fields used (unset: ``caption``
-            and ``image``; for Parquet shards, chosen once from the first shard's columns). Images are paths
-            (relative to the JSONL file), ``datasets`` Image values, or decoded pictures.
-        threshold, threshold_key: write ``kept.jsonl`` with the rows whose ``threshold_key`` score (default:
-            the metric's own) is at least ``threshold``.
-        split, cache: a dataset's split; the embedding cache file (default ``output_dir/embeddings.sqlite``).
-        chunk_size, progress: rows per part (the unit of resumption and memory); a progress bar (``None``: on
-            a terminal only).
-        num_workers: threads reading and decoding images (``engine="ray"``: actors holding a model).
-        engine: ``"local"`` or ``"ray"``. Shards (img2dataset's ``.tar`` files or ``.parquet`` files: a folder,
-            a glob, a list) and every ``"ray"`` run go to ``capeval.corpus.shard_run.score_shards``.
-        metrics, top_fraction, save_embeddings: shards only: several per-row metrics (default ``[metric]``),
-            DataComp's cut (the top fraction by ``threshold_key``), float16 image and caption embeddings too.
-        ray_address: the Ray cluster to join (``"auto"``); None starts a local one.
-        **options: metric options (``model``, ``device``, ``dtype``, ``batch_size``, ``prefix``, ``w``, ...).
+        source: WebDataset tars or Parquet shards (a folder, a glob, a file, a list of files), a JSONL or CSV file
+            or a folder of them, a folder of images with ``.txt`` captions, a ``save_to_disk`` folder, a
+            ``datasets`` dataset, or a dataset name (streamed with ``datasets.load_dataset``).
+        output_dir: a new or empty folder, or one of an earlier run of the same settings and source (resumed).
+        metrics: per-row image metrics (``clipscore``, ``refclipscore``, ``pacscore``), one or several.
+        executor: ``"local"`` (this process, or each process of a ``torchrun`` launch) or ``"ray"``.
+        caption_column, image_column, references_column, id_column: the fields read; unset, each is chosen once
+            from the first shard's fields (``caption``/``txt``/``text``; ``jpg``/``image``/...; ``references``;
+            ``key``/``id``, else the row's place) and recorded in ``run.json``.
+        split: a ``DatasetDict``'s or a dataset name's split.
+        threshold, top_fraction: write ``kept.jsonl`` with the rows scoring at least ``threshold``, or the top
+            fraction (DataComp's cut), on ``threshold_key`` (default: the first metric's score).
+        chunk_size: rows per shard of a row source (a tar or Parquet file is a shard as it is).
+        batch_size: rows per forward pass (and per Ray scoring call).
+        num_workers: local: processes decoding rows ahead of the model (default: every core, at most 32, beside
+            a GPU; none on the CPU, whose cores the model's threads take); Ray: actors holding a model (default:
+            one per GPU, else 1).
+        save_embeddings: also write float16 image and caption embeddings (null on error rows).
+        progress: a progress bar over shards and rows (None: on a terminal only).
+        ray: the Ray executor's settings: ``address`` (``"auto"``: the cluster ``ray start`` made; unset: a local
+            one), ``worker_gpus``, ``worker_cpus`` (each actor's resources).
+        model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors': the
+            driver loads the models once on its CPU to check them before any work).
 
     Returns:
-        CorpusResult: output paths and the summary (identical in every process).
+        CorpusResult: the folders and the summary (identical in every process of a launch).
+
+    Raises:
+        EmptySourceError: the source holds no row. ValueError, TypeError: a setting or source refused, named.
     """
-    from capeval.corpus.distributed import process_state
-    from capeval.corpus.shards import is_shard_source
-
-    _refuse_model_object(options)
-    if engine == "ray" or is_shard_source(source):
-        return _score_shard_source(
-            source, output_dir, list(metrics or [metric]), engine, caption_column, image_column, threshold,
-            top_fraction, threshold_key, save_embeddings, ray_address, num_workers, options,
-        )  # fmt: skip
-    if metrics is not None or top_fraction is not None or save_embeddings:
+    names = check_row_metrics(metrics)
+    given = dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w, checkpoint=checkpoint)
+    options = _metric_options(names, given)
+    _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
+    _check_cut(threshold, top_fraction)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    ray_settings = _ray_settings(ray, executor)
+    corpus = open_corpus(source, chunk_size, split, image_column)
+    if corpus.streamed and executor == "ray":
         raise ValueError(
-            "metrics=, top_fraction= and save_embeddings= apply to shards (.tar/.parquet files); this source is "
-            f"{type(source).__name__} {source!r:.80}: use metric= and threshold="
+            "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "
+            "with save_to_disk (or export Parquet shards) and give that"
         )
-    columns = Columns(caption_column or "caption", image_column or "image", references_column, id_column)
-    _check_run_arguments(metric, columns, chunk_size, threshold, num_workers)
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
-    state = process_state(options.get("device"))
-    if state.num_processes > 1:
-        options["device"] = state.device  # one GPU per process
-    run = PartRun(
-        output=output, metric=metric, scorer=build_scorer(metric, **options, progress=False),
-        source=open_source(source, columns.image, split), columns=columns, chunk_size=chunk_size, state=state,
-        cache=Path(cache) if cache else output / "embeddings.sqlite",
+    given_columns = {"caption": caption_column, "image": image_column, "references": references_column,
+                     "id": id_column}  # fmt: skip
+    columns = choose_columns(corpus.shards, given_columns)
+    state = None
+    if executor == "local":
+        from capeval.corpus.distributed import process_state
+
+        state = process_state(device)
+        if state.num_processes > 1:
+            options["device"] = str(state.device)  # one device per process
+    scorer = RowScorer(names, _driver_options(options, executor), embeddings=save_embeddings)
+    plan = _Plan(
+        corpus=corpus, executor=executor, columns=columns, chunk_size=chunk_size, batch_size=batch_size,
+        embeddings=save_embeddings, key_metric=_threshold_column(scorer, threshold_key),
+        cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers, progress=progress,
+        ray={**ray_settings, "options": options},
     )  # fmt: skip
-    summary = run.execute(num_workers, progress, threshold, threshold_key or metric)
-    kept = output / "kept.jsonl" if threshold is not None else None
-    return CorpusResult(output, output / "scores.jsonl", output / "errors.jsonl", kept, summary)
+    if executor == "local":
+        from capeval.corpus.local_executor import run_local
+
+        return run_local(plan, Path(output_dir), scorer, state)
+    with claimed_output(Path(output_dir), plan.manifest(scorer), remove_stale_temporaries):
+        return score_pending(plan, Path(output_dir), scorer, _run_ray)
 
 
-def _refuse_model_object(options: dict) -> None:
-    """A resumable run names its model in run.json and its cache keys: a model object has no name that outlives
-    the process, and its weights change."""
-    if not isinstance(options.get("model", ""), (str, os.PathLike)):
+def _metric_options(names: list[str], given: dict[str, Any]) -> dict[str, Any]:
+    """The metric options: ``model``, ``device`` and ``dtype`` always, ``prefix``, ``w`` and ``checkpoint`` only when
+    given, capeval's default model when none is given (PAC-S takes its checkpoint's).
+
+    Raises:
+        ValueError: PAC-S without weights. TypeError: a model object (a resumable run names its model in
+            ``run.json``; an object has no name that outlives the process).
+    """
+    if given["model"] is not None and not isinstance(given["model"], (str, os.PathLike)):
         raise TypeError(
-            "score_corpus takes model= as a Hub id or a folder; a model object cannot be resumed or cached: save "
-            "it with save_pretrained (and its processor) and pass that folder"
+            "score_corpus takes model= as a Hub id, a folder or a file; a model object cannot be resumed: save it "
+            "with save_pretrained (and its processor) and pass that folder"
         )
+    options = {k: given[k] for k in ("model", "device", "dtype")}
+    options.update({k: given[k] for k in ("prefix", "w", "checkpoint") if given[k] is not None})
+    if "pacscore" in names and given["checkpoint"] is None:
+        raise ValueError("pacscore needs its weights: give checkpoint=...")
+    if given["model"] is None and "pacscore" not in names:
+        from capeval.clip.backbones import DEFAULT_MODEL
+
+        options["model"] = DEFAULT_MODEL
+    return options
 
 
-def _score_shard_source(
-    source, output_dir, metrics, engine, caption_column, image_column, threshold, top_fraction, threshold_key,
-    save_embeddings, ray_address, num_workers, options,
-) -> CorpusResult:  # fmt: skip
-    """``score_corpus`` of shards: ``score_shards`` with the corpus options, its result as a ``CorpusResult``."""
-    from capeval.corpus.shard_run import score_shards
-
-    taken = {"model", "device", "dtype", "prefix", "w", "checkpoint", "batch_size"}
-    unknown = sorted(set(options) - taken - {"progress"})
-    if unknown:
-        raise TypeError(f"shard scoring does not take the option(s) {unknown}; it takes {sorted(taken)}")
-    result = score_shards(
-        source,
-        output_dir,
-        metrics,
-        engine=engine,
-        caption_column=caption_column,
-        image_column=image_column,
-        threshold=threshold,
-        top_fraction=top_fraction,
-        threshold_key=threshold_key,
-        save_embeddings=save_embeddings,
-        ray_address=ray_address,
-        num_workers=num_workers if engine == "ray" else None,
-        **{k: v for k, v in options.items() if k in taken},
-    )
-    return CorpusResult(
-        output_dir=result.output_dir, scores=result.scores, errors=result.scores, kept=result.kept,
-        summary=result.summary,
-    )  # fmt: skip
-
-
-def _check_run_arguments(
-    metric: str, columns: Columns, chunk_size: Any, threshold: Any, num_workers: Any
-) -> None:
-    """Refuse run settings that would crash late or filter silently wrong: a metric that is not a per-row image
-    metric, a missing references column where the metric needs one, sizes that are not positive integers, a
-    threshold that is not a finite number."""
-    image_metrics = row_image_metrics()
-    if metric not in image_metrics:
-        raise ValueError(f"corpus scoring takes an image metric ({', '.join(image_metrics)}), got {metric!r}")
-    if spec(metric).needs("references") and columns.references is None:
-        raise ValueError(f"{metric} needs references: name their column (references_column=...)")
-    for name, value in (("chunk_size", chunk_size), ("num_workers", num_workers)):
+def _check_sizes(**sizes: Any) -> None:
+    """Refuse sizes that are not positive integers (``num_workers`` may be None, the default, or 0 locally)."""
+    for name, value in sizes.items():
         if value is None and name == "num_workers":
             continue
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if threshold is not None:
-        if not isinstance(threshold, numbers.Real) or isinstance(threshold, bool):
-            raise TypeError(f"threshold must be a number, got {type(threshold).__name__} {threshold!r}")
-        if not math.isfinite(threshold):
-            # NaN keeps no row and says nothing; an infinity keeps none or all.
-            raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+        if value < (0 if name == "num_workers" else 1):
+            raise ValueError(f"{name} must be >= {0 if name == 'num_workers' else 1}, got {value}")
+
+
+def _check_cut(threshold: Any, top_fraction: Any) -> None:
+    """Refuse a cut that would filter silently wrong: both given, a threshold that is not a finite number (NaN
+    keeps no row and says nothing), a fraction outside (0, 1]."""
+    if threshold is not None and top_fraction is not None:
+        raise ValueError("give threshold or top_fraction, not both")
+    for name, value in (("threshold", threshold), ("top_fraction", top_fraction)):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if top_fraction is not None and not 0 < top_fraction <= 1:
+        raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
+
+
+def _ray_settings(ray: dict[str, Any] | None, executor: str) -> dict[str, Any]:
+    known = {"address", "worker_gpus", "worker_cpus"}
+    settings = dict(ray or {})
+    if settings and executor != "ray":
+        raise ValueError(f"ray={settings} applies to executor='ray', not {executor!r}")
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"unknown Ray setting(s) {unknown}; known: {sorted(known)}")
+    return {k: settings.get(k) for k in sorted(known)}
+
+
+def _driver_options(options: dict[str, Any], executor: str) -> dict[str, Any]:
+    """The options the driver builds the run's metrics with, before any work, so that a model that cannot be
+    loaded fails the run now, not on the workers: with Ray the driver (often a head node without a GPU) loads
+    them on its CPU and the actors take the ``device`` asked for; the local executor loads them where asked."""
+    return {**options, "device": "cpu"} if executor == "ray" else options
+
+
+def _threshold_column(scorer: RowScorer, threshold_key: str | None) -> str:
+    """The score column a threshold or top fraction applies to: ``threshold_key``, else the first metric's.
+
+    Raises:
+        ValueError: the scorer writes no such column.
+    """
+    key = threshold_key or scorer.metrics[0]
+    if key not in scorer.columns():
+        raise ValueError(f"threshold_key {key!r} is not a score column of this run: {scorer.columns()}")
+    return key
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The settings of one run that the steps after the checks need."""
+
+    corpus: Corpus
+    executor: str
+    columns: dict
+    chunk_size: int
+    batch_size: int
+    embeddings: bool
+    key_metric: str
+    cut: dict  # threshold, top_fraction
+    num_workers: int | None  # local: decoding processes; Ray: actors (None: each executor's default)
+    progress: bool | None
+    ray: dict  # the Ray settings and the metric options
+
+    def manifest(self, scorer: RowScorer) -> dict[str, Any]:
+        """The run's ``run.json``: what a resumed run must share (format, metrics and their signatures, the
+        source, the fields read, the shard size of a row source, whether embeddings are written)."""
+        return {
+            "format": FORMAT,
+            "metrics": scorer.metrics,
+            "signatures": scorer.signatures,
+            "source": self.corpus.description,
+            "columns": self.columns,
+            "chunk_size": self.chunk_size,
+            "embeddings": self.embeddings,
+        }
+
+
+def pending_shards(plan: _Plan, output: Path) -> tuple[list, dict[str, dict]]:
+    """The shards whose output is not done (missing, damaged, or from another input), and every shard's input
+    record (``shard_outputs.input_record``, taken before it is read)."""
+    records = {s.name: input_record(s) for s in plan.corpus.shards}
+    pending = [s for s in plan.corpus.shards if not is_done(output, s.name, records[s.name])]
+    return pending, records
+
+
+def score_pending(plan: _Plan, output: Path, scorer: RowScorer, execute, processes: int = 1) -> CorpusResult:
+    """Score the pending shards with ``execute(plan, pending, output, scorer, records)`` (which returns
+    ``{shard: why}`` for the shards it could not read), then summarise."""
+    pending, records = pending_shards(plan, output)
+    start = time.perf_counter()
+    failed = execute(plan, pending, output, scorer, records)
+    return summarise(plan, output, scorer, failed, len(pending), time.perf_counter() - start, processes)
+
+
+def summarise(
+    plan: _Plan, output: Path, scorer: RowScorer, failed: dict[str, str], scored_now: int, seconds: float,
+    processes: int = 1,
+) -> CorpusResult:  # fmt: skip
+    """Write ``summary.json`` (and ``kept.jsonl``) from the shards' outputs.
+
+    Raises:
+        ValueError: not one shard could be read, naming each with why.
+    """
+    shards = plan.corpus.shards
+    if failed and len(failed) == len(shards):
+        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items()))
+        raise ValueError(f"none of the {len(shards)} shard(s) of the corpus could be read ({listed})")
+    written = [s.name for s in shards if s.name not in failed]
+    details = {
+        "executor": plan.executor,
+        "processes": processes,
+        "signatures": scorer.signatures,
+        "columns": plan.columns,
+        "shards_scored_now": scored_now - len(failed),
+    }
+    summary = summarise_outputs(
+        output, written, plan.key_metric, failed_shards=failed, seconds=seconds, details=details, **plan.cut
+    )
+    kept = output / "kept.jsonl" if any(v is not None for v in plan.cut.values()) else None
+    return CorpusResult(output_dir=output, scores=output / "scores", kept=kept, summary=summary)
+
+
+def _run_ray(plan: _Plan, pending: list, output: Path, scorer: RowScorer, records: dict[str, dict]) -> dict:
+    from capeval.corpus.ray_engine import run_on_ray
+
+    return run_on_ray(
+        pending, output, scorer.metrics, records=records, columns=plan.columns, batch_size=plan.batch_size,
+        embeddings=plan.embeddings, score_columns=scorer.columns(), image_size=scorer.image_size,
+        num_workers=plan.num_workers, **plan.ray,
+    )  # fmt: skip

@@ -3,17 +3,18 @@
 ``OUTPUT/`` holds:
 
 - ``run.json``: the metrics, their signatures and options, the columns read, the source; a rerun with other
-  settings or another source is refused (``capeval.corpus.outputs.check_manifest``, the JSONL engine's check).
-- ``run.lock``: one run per folder at a time (``capeval.corpus.lock``), as for JSONL corpora.
+  settings or another source is refused (``capeval.corpus.run_folder.check_manifest``).
+- ``run.lock``: one run per folder at a time (``capeval.corpus.lock``).
 - ``scores/<shard>.parquet``: one per input shard, one row per sample: ``key``, ``shard``, ``index``,
   ``caption``, one float64 column per score (``clipscore``, ``refclipscore``, ``clip_s``, ``pacscore``),
   ``error`` (null when scored), and with ``--save-embeddings`` ``image_embedding``/``text_embedding``
-  (list<float16>). Written to a hidden temporary file and renamed, so a file that exists is whole; its footer
+  (list<float16>, null on error rows). Written to a hidden temporary file and renamed, so a file that exists is whole; its footer
   records the row count and the input shard's identity (``capeval.corpus.file_identity``).
 - ``summary.json`` and ``kept.jsonl`` (``capeval.corpus.shard_summary``).
 
-A rerun skips a shard only when its output is whole, was written by capeval, and records the same input
-(size, modification time, sampled content hash); an input that changed is scored again with a warning saying
+A rerun skips a shard only when its output is whole, was written by capeval, and records the same input (a
+file shard's size, modification time and sampled content hash; a row source's shard identity,
+``capeval.corpus.row_sources``); an input that changed is scored again with a warning saying
 what changed. A damaged output is set aside (renamed, never deleted) and the shard scored again.
 """
 
@@ -25,7 +26,6 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -62,9 +62,12 @@ def output_schema(score_columns: Sequence[str], embeddings: bool = False):
     return pa.schema(fields)
 
 
-def input_record(shard_path: str | os.PathLike) -> dict:
-    """What an output records of its input shard: the resolved path and ``file_identity``."""
-    return {"path": str(Path(shard_path).resolve()), **file_identity(shard_path)}
+def input_record(shard) -> dict:
+    """What an output records of its input shard: a row source's identity as listed, a file's resolved path and
+    ``file_identity``."""
+    if shard.identity is not None:
+        return dict(shard.identity)
+    return {"path": str(Path(shard.path).resolve()), **file_identity(shard.path)}
 
 
 def write_shard_output(
@@ -90,7 +93,10 @@ def write_shard_output(
         values = rows[field.name]
         if field.name in ("image_embedding", "text_embedding"):
             matrix = np.asarray(values, dtype=np.float16)[order]
-            arrays.append(pa.array(list(matrix), type=field.type))
+            errors = [rows["error"][i] for i in order]
+            # An error row has no embedding: null, never a vector of zeros an index would take as one.
+            arrays.append(pa.array([None if e is not None else m for m, e in zip(matrix, errors, strict=True)],
+                                   type=field.type))
         elif isinstance(values, np.ndarray) and values.dtype != object:
             arrays.append(pa.array(values[order], type=field.type, from_pandas=True))
         else:
@@ -181,7 +187,7 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
     changes = identity_changes(previous or {}, source)
     if changes:
         warnings.warn(
-            f"input shard {source['path']} changed since {path} was written ({', '.join(changes)}); "
+            f"input shard {shard_name} ({_where(source)}) changed since {path} was written ({', '.join(changes)}); "
             "the shard is scored again",
             InputChangedWarning,
             stacklevel=user_stacklevel(),
@@ -190,15 +196,5 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
     return True
 
 
-def source_description(source: Any) -> dict:
-    """What ``run.json`` records of a shard source, so an output folder is not resumed from another corpus:
-    a folder or a glob by its resolved path, files by their resolved paths (shards added to a folder later are
-    the same source)."""
-    if isinstance(source, (list, tuple)):
-        return {"files": [str(Path(p).resolve()) for p in source]}
-    path = Path(os.fspath(source))
-    if path.is_dir():
-        return {"folder": str(path.resolve())}
-    if path.exists():
-        return {"files": [str(path.resolve())]}
-    return {"glob": str(Path(os.path.abspath(os.fspath(source))))}
+def _where(record: dict) -> str:
+    return str(record.get("path") or record.get("folder") or record.get("split") or "?")

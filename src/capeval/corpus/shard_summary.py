@@ -136,11 +136,10 @@ def summarise_outputs(
         "error_kinds": dict(sorted(kinds.items())),
         "duplicate_keys": _duplicates(ids["shard"], ids["key"]),
         "failed_shards": dict(sorted((failed_shards or {}).items())),
-        "mean": {n: (float(np.mean(v[ok])) if ok.any() else None) for n, v in scores.items()},
-        "quantiles": {
-            n: ({f"p{round(q * 100)}": float(np.quantile(v[ok], q)) for q in QUANTILES} if ok.any() else None)
-            for n, v in scores.items()
-        },
+        # A column a row may lack (RefPAC-S without references) is NaN there: each mean says over how many rows.
+        "score_counts": {n: int((ok & np.isfinite(v)).sum()) for n, v in scores.items()},
+        "mean": {n: _mean(v[ok & np.isfinite(v)]) for n, v in scores.items()},
+        "quantiles": {n: _quantiles(v[ok & np.isfinite(v)]) for n, v in scores.items()},
         "seconds": seconds,
         "rows_per_second": (len(ids["key"]) / seconds) if seconds else None,
         "key_metric": key_metric,
@@ -148,7 +147,8 @@ def summarise_outputs(
     }
     cut = None
     if top_fraction is not None:
-        cut = top_fraction_threshold(scores.get(key_metric, np.zeros(0))[ok], top_fraction)
+        key = scores.get(key_metric, np.full(len(ok), np.nan))
+        cut = top_fraction_threshold(key[ok & np.isfinite(key)], top_fraction)
         summary["top_fraction"] = top_fraction
     elif threshold is not None:
         cut = float(threshold)
@@ -160,6 +160,14 @@ def summarise_outputs(
     tmp.write_text(json.dumps(summary, indent=2))
     os.replace(tmp, out / "summary.json")
     return summary
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float] | None:
+    return {f"p{round(q * 100)}": float(np.quantile(values, q)) for q in QUANTILES} if len(values) else None
 
 
 def _error_kind(error: str) -> str:

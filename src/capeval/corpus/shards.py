@@ -21,8 +21,9 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import caption_problem, key_problem, references_problem, sidecar_references
@@ -44,11 +45,29 @@ class ShardReadError(ValueError):
 
 @dataclass(frozen=True)
 class Shard:
-    """One input shard: ``name`` (the file stem, ``00000``) names its output file."""
+    """One input shard: a file of samples (``webdataset``, ``parquet``), or ``chunk_size`` consecutive rows of a row
+    source (``jsonl``, ``csv``, ``image_folder``, ``datasets``: ``capeval.corpus.row_sources``).
 
-    path: Path
+    Attributes:
+        path: the file read (the folder of an image folder; None for a ``datasets`` dataset).
+        name: names the output file ``scores/<name>.parquet`` (a file shard's stem, ``00000``).
+        kind: the reader (``webdataset``, ``parquet``, ``jsonl``, ``csv``, ``image_folder``, ``datasets``).
+        span: the bytes (``jsonl``, ``csv``) or rows (``datasets``) of the source this shard holds.
+        first_row: the source's line (``jsonl``: 1-based, of the span's first line) or row number at ``span``.
+        fields: a CSV file's header; an image folder's image files (relative paths) in this shard.
+        identity: what the output records of its input (row sources: made when listed; file shards: None,
+            ``capeval.corpus.file_identity`` when the run starts).
+        dataset: the ``datasets`` dataset (``datasets`` shards).
+    """
+
+    path: Path | None
     name: str
-    kind: str  # "webdataset" or "parquet"
+    kind: str
+    span: tuple[int, int] | None = None
+    first_row: int = 0
+    fields: tuple[str, ...] = ()
+    identity: dict | None = field(default=None, compare=False, hash=False)
+    dataset: Any = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass
@@ -124,15 +143,13 @@ def list_shards(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list
     return shards
 
 
-def read_shard(
-    shard: Shard, caption_column: str | None = None, image_column: str | None = None
-) -> list[ShardRow]:
-    """Every sample of ``shard``, in the shard's order.
+def read_file_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
+    """Every sample of a tar or Parquet shard, in the shard's order.
 
     Args:
         shard: from ``list_shards``.
-        caption_column, image_column: Parquet columns (default: the first of ``CAPTION_COLUMNS`` /
-            ``IMAGE_COLUMNS`` or ``PATH_COLUMNS`` present); a tar's are its ``.txt`` and image members.
+        columns: ``choose_columns``' choice: Parquet's ``caption``, ``image``, ``references`` and ``id`` columns (a
+            tar's are its ``.txt`` and image members, and its ``.json`` sidecar's ``references``).
 
     Raises:
         ShardReadError: the shard cannot be opened or parsed at all.
@@ -140,7 +157,7 @@ def read_shard(
     """
     if shard.kind == "webdataset":
         return list(_read_tar(shard))
-    return list(_read_parquet(shard, caption_column, image_column))
+    return list(_read_parquet(shard, columns))
 
 
 def _read_tar(shard: Shard) -> Iterator[ShardRow]:
@@ -212,74 +229,50 @@ def _tar_row(shard: Shard, index: int, sample: TarSample) -> ShardRow:
     )
 
 
-def _pick(columns: Sequence[str], wanted: str | None, choices: Sequence[str], what: str, shard: Shard) -> str:
+def id_column(columns: Sequence[str], wanted: str | None) -> str | None:
+    """The column or field that holds a row's key: ``wanted`` when the row has it, else the first of
+    ``KEY_COLUMNS`` present, else None (the reader names the row by its place)."""
+    if wanted is not None and wanted in columns:
+        return wanted
+    return next((c for c in KEY_COLUMNS if c in columns), None)
+
+
+def pick_column(columns: Sequence[str], wanted: str | None, choices: Sequence[str], what: str, shard: Shard) -> str:
+    """``wanted`` when the shard has it, else the first of ``choices`` it has.
+
+    Raises:
+        ValueError: neither, naming the shard and the columns it has.
+    """
     if wanted is not None:
         if wanted not in columns:
             raise ValueError(
-                f"shard {shard.path} has no {what} column {wanted!r}; its columns: {list(columns)}"
+                f"shard {shard.path or shard.name} has no {what} column {wanted!r}; its columns: {list(columns)}"
             )
         return wanted
     found = next((c for c in choices if c in columns), None)
     if found is None:
         raise ValueError(
-            f"shard {shard.path} has no {what} column (looked for {list(choices)}); its columns: {list(columns)}"
+            f"shard {shard.path or shard.name} has no {what} column (looked for {list(choices)}); its columns: {list(columns)}"
         )
     return found
 
 
-def choose_columns(
-    shards: Sequence[Shard], caption_column: str | None, image_column: str | None
-) -> dict[str, str | list[str] | None]:
-    """The caption and image columns of a run's Parquet shards, decided once, from the first shard's footer.
-
-    A column given is used as given; one not given is the first of ``CAPTION_COLUMNS`` / ``IMAGE_COLUMNS`` +
-    ``PATH_COLUMNS`` present in the first readable Parquet shard, and that choice then holds for every shard
-    (a later shard without it is reported, not read from another column). Run before any work, so a wrong
-    column ends a run at once rather than failing every shard one by one.
-
-    Returns:
-        dict: ``caption``, ``image`` (None for tars, which have no columns) and ``automatic`` (the fields
-        chosen here rather than given), as ``run.json`` and ``summary.json`` record them.
-
-    Raises:
-        ValueError: the column is missing from the first shard, naming the shard and the columns it has.
-    """
-    import pyarrow.parquet as pq
-
-    choice: dict[str, str | list[str] | None] = {"caption": caption_column, "image": image_column}
-    automatic: list[str] = []
-    for shard in shards:
-        if shard.kind != "parquet":
-            continue
-        try:
-            columns = pq.read_schema(shard.path).names
-        except Exception:  # pyarrow's errors for a damaged file are several types: the engines report it
-            continue
-        choice["caption"] = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", shard)
-        choice["image"] = _pick(columns, image_column, (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
-        automatic = [
-            f for f, given in (("caption", caption_column), ("image", image_column)) if given is None
-        ]
-        break
-    choice["automatic"] = automatic
-    return choice
-
-
-def _read_parquet(shard: Shard, caption_column: str | None, image_column: str | None) -> Iterator[ShardRow]:
+def _read_parquet(shard: Shard, chosen: dict[str, Any]) -> Iterator[ShardRow]:
     try:
         table = CheckedParquet(shard.path, MAX_MEMBER_BYTES)  # columns read when asked, sizes checked first
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family for damaged files
         raise ShardReadError(f"shard {shard.path} is not a readable Parquet file: {err}") from err
     columns = table.column_names
-    caption_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", shard)
-    image_col = _pick(columns, image_column, (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
-    key_col = next((c for c in KEY_COLUMNS if c in columns), None)
+    caption_col = pick_column(columns, chosen.get("caption"), CAPTION_COLUMNS, "caption", shard)
+    image_col = pick_column(columns, chosen.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
+    key_col = id_column(columns, chosen.get("id"))
+    refs_col = chosen.get("references") or "references"
     captions = table.column(caption_col).to_pylist()
     images = table.column(image_col).to_pylist()
     keys = (
         table.column(key_col).to_pylist() if key_col else [f"{shard.name}/{i}" for i in range(len(captions))]
     )
-    refs = table.column("references").to_pylist() if "references" in columns else [None] * len(captions)
+    refs = table.column(refs_col).to_pylist() if refs_col in columns else [None] * len(captions)
     base = shard.path.parent
     for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
         key, problem = key_problem(key, f"row {index} of column {key_col!r}")

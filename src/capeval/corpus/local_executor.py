@@ -1,0 +1,171 @@
+"""The local executor of ``score_corpus``: shards scored in this process, or shared by the processes of a launch.
+
+In one process, the pending shards are read (``reader.read_shards``), prepared a window ahead of the model by
+``DecodePool``'s worker processes, scored in batches of ``batch_size`` (``RowScorer.score``) and written, one after
+another. Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending
+shards, each process scores every ``world_size``-th of them on its own device, and the main one summarises; every
+process returns the summary.
+
+The cores are shared, not oversubscribed: the model's torch threads take the cores the decoding workers leave
+(``torch_threads``), within the cores this process may run on (its CPU affinity, which a container or
+``taskset`` sets), so that neither waits on the other's threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from capeval.corpus.distributed import _raise_if_any_failed
+from capeval.corpus.reader import read_shards
+from capeval.corpus.row_batches import DecodePool, default_decode_workers
+from capeval.corpus.row_scoring import RowScorer
+from capeval.corpus.run_folder import claimed_output
+from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it, else every core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def torch_threads(decode_workers: int, processes: int = 1) -> int:
+    """The model's torch threads: this process's share of the usable cores, less one per decoding worker, at
+    least one."""
+    return max(1, usable_cores() // max(1, processes) - decode_workers)
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def score_shard_locally(
+    scorer: RowScorer, rows: list, batch_size: int, decode: DecodePool | None = None
+) -> dict[str, Any]:
+    """Score one shard's rows in batches of ``batch_size`` in this process, ``decode``'s workers preparing them
+    ahead of the model (None: each batch prepared here when it is needed)."""
+    with DecodePool(0) if decode is None else contextlib.nullcontext(decode) as pool:
+        batches = pool.batches(rows, scorer.image_size, batch_size)
+        return concat_batches([scorer.score(batch) for batch in batches])
+
+
+def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """One shard's scored batches as one set of columns (lists joined, arrays stacked)."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for name in batches[0]:
+        parts = [b[name] for b in batches]
+        out[name] = (
+            np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [v for p in parts for v in p]
+        )
+    return out
+
+
+def run_local(plan, output: Path, scorer: RowScorer, state):
+    """``score_corpus``'s local executor (``plan`` is its ``_Plan``, ``state`` this process's ``process_state``):
+    the folder claimed, the pending shards scored here (or shared by the processes of a launch), the run
+    summarised."""
+    from capeval.corpus.run import score_pending
+
+    if state.num_processes == 1:
+        with claimed_output(output, plan.manifest(scorer), remove_stale_temporaries):
+            return score_pending(plan, output, scorer, execute_locally)
+    return _run_in_launch(plan, output, scorer, state)
+
+
+def execute_locally(
+    plan, pending: list, output: Path, scorer: RowScorer, records: dict[str, dict], processes: int = 1
+) -> dict[str, str]:
+    """Read, score and write ``pending`` shards in this process; returns ``{shard: why}`` for those not read."""
+    device = scorer.scorers[scorer.metrics[0]].backbone.device
+    workers = plan.num_workers if plan.num_workers is not None else default_decode_workers(device)
+    threads = torch_threads(workers, processes) if device.type == "cpu" else None
+    failed: dict[str, str] = {}
+    bar = _progress_bar(plan.progress, len(pending))
+    with DecodePool(workers) as decode, _torch_threads(threads) if threads else contextlib.nullcontext():
+        for shard, rows, why in read_shards(pending, plan.columns, plan.corpus.streamed):
+            if why is not None:
+                failed[shard.name] = why
+            else:
+                scored = score_shard_locally(scorer, rows, plan.batch_size, decode)
+                write_shard_output(output, shard.name, scored, scorer.columns(), plan.embeddings, records[shard.name])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(rows=bar.format_sizeof(_rows_done(bar, rows)), refresh=False)
+    if bar is not None:
+        bar.close()
+    return failed
+
+
+def _rows_done(bar, rows) -> int:
+    bar.rows = getattr(bar, "rows", 0) + len(rows or ())
+    return bar.rows
+
+
+def _progress_bar(progress: bool | None, shards: int):
+    """A bar over shards with the rows scored beside it: on a terminal when ``progress`` is None."""
+    from tqdm.auto import tqdm
+
+    if progress is False or shards == 0:
+        return None
+    return tqdm(total=shards, unit="shard", desc="scoring", dynamic_ncols=True, disable=None if progress is None else False)
+
+
+def _run_in_launch(plan, output: Path, scorer: RowScorer, state):
+    """The run shared by the processes of a ``torchrun`` / ``accelerate launch``: the main process holds the
+    folder throughout; an error in any process is raised in all, so none waits forever."""
+    import time
+
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    from capeval.corpus.run import pending_shards, summarise
+
+    names: list[Any] = [None]
+    error = None
+    folder = contextlib.ExitStack()
+    if state.is_main_process:
+        try:
+            folder.enter_context(claimed_output(output, plan.manifest(scorer), remove_stale_temporaries))
+            names[0] = [s.name for s in pending_shards(plan, output)[0]]
+        except (ValueError, OSError) as err:
+            error = err
+            folder.close()
+    _raise_if_any_failed(error, state)
+    with folder:
+        broadcast_object_list(names)
+        start = time.perf_counter()
+        pending = [s for s in plan.corpus.shards if s.name in set(names[0])]
+        mine = pending[state.process_index :: state.num_processes]
+        failed, error = {}, None
+        try:
+            records = {s.name: input_record(s) for s in mine}
+            failed = execute_locally(plan, mine, output, scorer, records, state.num_processes)
+        except (ValueError, OSError) as err:
+            error = err
+        _raise_if_any_failed(error, state)
+        failures = {k: v for f in gather_object([failed]) for k, v in f.items()}
+        result, error = [None], None
+        if state.is_main_process:
+            try:
+                seconds = time.perf_counter() - start
+                result[0] = summarise(plan, output, scorer, failures, len(pending), seconds, state.num_processes)
+            except (ValueError, OSError) as err:
+                error = err
+        _raise_if_any_failed(error, state)
+        broadcast_object_list(result)
+        return result[0]

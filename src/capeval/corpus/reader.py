@@ -1,0 +1,305 @@
+"""The one reader layer of corpus scoring: any source as a list of shards, any shard as rows.
+
+``open_corpus`` turns a source (WebDataset tars or Parquet files: a folder, a glob, a list; a JSONL or CSV file or
+a folder of them; an image folder with ``.txt`` captions; a ``save_to_disk`` folder, a ``datasets`` dataset or a
+dataset name) into shards (``capeval.corpus.shards``, ``capeval.corpus.row_sources``); ``choose_columns`` decides
+once which fields hold the caption, image, references and key; ``read_shard`` makes one shard's rows with the
+checks of ``capeval.corpus.row_checks``. Both executors call these functions and nothing else to read, so the
+same input gives the same rows, errors included, on each.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capeval.corpus.record_rows import dataset_records, read_row_shard
+from capeval.corpus.row_sources import (
+    CSV_EXTENSIONS,
+    JSONL_EXTENSIONS,
+    EmptySourceError,
+    csv_shards,
+    dataset_shards,
+    empty_files_message,
+    folder_contents_message,
+    image_folder_shards,
+    jsonl_shards,
+)
+from capeval.corpus.shards import (
+    CAPTION_COLUMNS,
+    IMAGE_COLUMNS,
+    PATH_COLUMNS,
+    Shard,
+    ShardReadError,
+    ShardRow,
+    id_column,
+    is_shard_source,
+    list_shards,
+    pick_column,
+    read_file_shard,
+)
+from capeval.json_files import InputFileError, parse_json
+
+ROW_SOURCE_KINDS = ("jsonl", "csv", "image_folder", "datasets")
+
+
+@dataclass
+class Corpus:
+    """A source as shards: ``shards`` in order, ``description`` what ``run.json`` records of it, ``streamed``
+    whether its rows can only be read in order (a streamed ``datasets`` dataset)."""
+
+    shards: list[Shard]
+    description: dict
+    streamed: bool = False
+
+
+def open_corpus(source: Any, chunk_size: int, split: str | None = None, image_column: str | None = None) -> Corpus:
+    """The shards of ``source``.
+
+    Args:
+        source: see the module docstring.
+        chunk_size: rows per shard of a row source (files of samples are shards as they are).
+        split: a ``DatasetDict``'s or a dataset name's split.
+        image_column: a ``datasets`` image column to keep undecoded (default: every ``Image`` column).
+
+    Raises:
+        EmptySourceError: the source holds no row (saying what it holds instead).
+        ValueError, TypeError: the source cannot be read as a corpus, named.
+    """
+    dataset = _as_dataset(source, split)
+    if dataset is not None:
+        return _dataset_corpus(dataset, chunk_size, image_column)
+    if is_shard_source(source):
+        return Corpus(list_shards(source), _description(source, "shards"))
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"a corpus source is a path or a datasets dataset, got {type(source).__name__}")
+    path = Path(os.path.expanduser(os.fspath(source)))
+    if path.is_file():
+        return _files_corpus([path], source, chunk_size)
+    if path.is_dir():
+        if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
+            import datasets
+
+            return open_corpus(datasets.load_from_disk(str(path)), chunk_size, split, image_column)
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in (*JSONL_EXTENSIONS, *CSV_EXTENSIONS))
+        files = [p for p in files if p.suffix.lower() != ".json"]  # a folder's .json files are metadata
+        if files:
+            return _files_corpus(files, source, chunk_size)
+        shards = image_folder_shards(path, chunk_size)
+        if not shards:
+            raise EmptySourceError(folder_contents_message(path))
+        return Corpus(shards, _description(path, "image_folder"))
+    if isinstance(source, str) and not source.startswith((".", "/", "~")) and "*" not in source:
+        import datasets
+
+        stream = datasets.load_dataset(source, split=split or "train", streaming=True)
+        return _dataset_corpus(stream, chunk_size, image_column)
+    raise ValueError(f"corpus source not found: {path}")
+
+
+def _files_corpus(files: list[Path], source: Any, chunk_size: int) -> Corpus:
+    """The shards of JSONL and CSV files (a file given itself may be ``.json``: one object per line)."""
+    shards: list[Shard] = []
+    for path in files:
+        suffix = path.suffix.lower()
+        if suffix in CSV_EXTENSIONS:
+            shards += csv_shards(path, chunk_size)
+        elif suffix in JSONL_EXTENSIONS:
+            shards += jsonl_shards(path, chunk_size)
+        else:
+            raise ValueError(
+                f"{path}: a corpus file is JSONL (one JSON object per line), CSV with a header, or a .tar/.parquet "
+                "shard"
+            )
+    if not shards:
+        raise EmptySourceError(empty_files_message(files))
+    return Corpus(shards, _description(source, "files"))
+
+
+def _as_dataset(source: Any, split: str | None):
+    import datasets
+
+    if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
+        return source
+    if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        if split is None:
+            raise ValueError(f"the dataset has splits {list(source)}: choose one (split=...)")
+        if split not in source:
+            raise ValueError(f"the dataset has no split {split!r}; its splits: {list(source)}")
+        return source[split]
+    return None
+
+
+def _dataset_corpus(dataset: Any, chunk_size: int, image_column: str | None) -> Corpus:
+    import datasets
+
+    shards = dataset_shards(dataset, chunk_size, image_column)
+    info = getattr(dataset, "info", None)
+    description = {
+        "kind": "datasets",
+        "name": getattr(info, "dataset_name", None),
+        "config": getattr(info, "config_name", None),
+        "split": str(getattr(dataset, "split", None)),
+        "fingerprint": getattr(dataset, "_fingerprint", None),
+    }
+    if not shards:
+        name = f"{description['name']!r} " if description["name"] else ""
+        raise EmptySourceError(
+            f"no rows to score: the dataset {name}(split {description['split']}, fingerprint "
+            f"{description['fingerprint']}) is empty"
+        )
+    return Corpus(shards, description, streamed=not isinstance(dataset, datasets.Dataset))
+
+
+def _description(source: Any, kind: str) -> dict:
+    """What ``run.json`` records of a source, so an output folder is not resumed from another corpus: a folder
+    or a glob by its resolved path, files by their resolved paths (shards added to a folder later are the same
+    source)."""
+    if isinstance(source, (list, tuple)):
+        return {"kind": kind, "files": [str(Path(p).resolve()) for p in source]}
+    path = Path(os.fspath(source))
+    if path.is_dir():
+        return {"kind": kind, "folder": str(path.resolve())}
+    if path.exists():
+        return {"kind": kind, "files": [str(path.resolve())]}
+    return {"kind": kind, "glob": str(Path(os.path.abspath(os.fspath(source))))}
+
+
+def choose_columns(shards: Sequence[Shard], given: dict[str, str | None]) -> dict[str, Any]:
+    """The fields holding each row's caption, image, references and key, decided once, from the first shard.
+
+    A field given is used as given; one not given is the first of ``CAPTION_COLUMNS`` / ``IMAGE_COLUMNS`` +
+    ``PATH_COLUMNS`` the first readable shard has (a Parquet footer, a CSV header, a JSONL file's first object, a
+    dataset's columns), and that choice then holds for every shard (a later shard without it is reported, not
+    read from another field). A tar's fields are its members. Run before any work, so a wrong field ends a run
+    at once rather than failing every shard one by one.
+
+    Args:
+        given: ``caption``, ``image``, ``references``, ``id`` as the caller named them (None: not named).
+
+    Returns:
+        dict: the four fields and ``automatic`` (those chosen here rather than given), as ``run.json`` and
+        ``summary.json`` record them.
+
+    Raises:
+        ValueError: a field is missing from the first shard, naming the shard and the fields it has.
+    """
+    choice: dict[str, Any] = {k: given.get(k) for k in ("caption", "image", "references", "id")}
+    automatic: list[str] = []
+    for shard in shards:
+        names = _field_names(shard)
+        if names is None:
+            continue
+        choice["caption"] = pick_column(names, given.get("caption"), CAPTION_COLUMNS, "caption", shard)
+        choice["image"] = pick_column(names, given.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
+        if choice["id"] is None:
+            choice["id"] = id_column(names, None)
+        if choice["references"] is None and "references" in names:
+            choice["references"] = "references"
+        automatic = [f for f in ("caption", "image", "references", "id") if given.get(f) is None]
+        break
+    choice["automatic"] = automatic
+    return choice
+
+
+def _field_names(shard: Shard) -> list[str] | None:
+    """The fields of a shard's rows, or None where there are none to choose from (a tar, a damaged file)."""
+    if shard.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_schema(shard.path).names
+        except Exception:  # pyarrow's errors for a damaged file are several types: the engines report it
+            return None
+    if shard.kind == "csv":
+        return list(shard.fields)
+    if shard.kind == "image_folder":
+        return ["caption", "image"]
+    if shard.kind == "datasets":
+        names = getattr(shard.dataset, "column_names", None)
+        return list(names) if names else None
+    if shard.kind == "jsonl":
+        with open(shard.path, "rb") as fh:
+            fh.seek(shard.span[0])
+            for line in fh:
+                if line.strip():
+                    try:
+                        record = parse_json(line, shard.path.name)
+                    except InputFileError:
+                        return None
+                    return list(record) if isinstance(record, dict) else None
+    return None
+
+
+def read_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
+    """Every row of ``shard``, in order (an error row for each sample or record that cannot be scored).
+
+    Raises:
+        ShardReadError: the shard cannot be read at all, naming it.
+        ValueError: a Parquet shard lacks a chosen column.
+    """
+    if shard.kind in ROW_SOURCE_KINDS:
+        try:
+            return read_row_shard(shard, columns)
+        except OSError as err:
+            raise ShardReadError(f"shard {shard.name} ({shard.path}) cannot be read: {err}") from err
+    return read_file_shard(shard, columns)
+
+
+def read_shards(
+    shards: Sequence[Shard], columns: dict[str, Any], streamed: bool = False
+) -> Iterator[tuple[Shard, list[ShardRow] | None, str | None]]:
+    """``(shard, rows, None)``, or ``(shard, None, why)`` for a shard that cannot be read, in order.
+
+    A streamed dataset's shards are read from one pass over the stream (each shard's rows where the previous
+    one's ended) instead of from the stream's start each time.
+    """
+    cursor = _StreamCursor() if streamed else None
+    for shard in shards:
+        try:
+            if cursor is not None:
+                rows = read_row_shard(shard, columns, cursor.records(shard))
+            else:
+                rows = read_shard(shard, columns)
+        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
+            yield shard, None, str(err)
+            continue
+        if not rows:
+            yield shard, None, f"shard {shard.path or shard.name} holds no sample"
+            continue
+        yield shard, rows, None
+
+
+class _StreamCursor:
+    """One iterator over a streamed dataset, advanced to each shard's range in turn."""
+
+    def __init__(self) -> None:
+        self.iterator = None
+        self.position = 0
+
+    def records(self, shard: Shard) -> list[dict]:
+        import itertools
+
+        start, stop = shard.span
+        if self.iterator is None or start < self.position:
+            self.iterator, self.position = iter(shard.dataset), 0
+        for _ in itertools.islice(self.iterator, start - self.position):
+            pass
+        records = list(itertools.islice(self.iterator, stop - start))
+        self.position = stop
+        return records
+
+
+__all__ = [
+    "Corpus",
+    "EmptySourceError",
+    "ShardReadError",
+    "choose_columns",
+    "dataset_records",
+    "open_corpus",
+    "read_shard",
+    "read_shards",
+]

@@ -1,0 +1,167 @@
+"""The rows of a row-source shard (JSONL, CSV, image folder, ``datasets``), made by the same checks as a tar's.
+
+Each record (a JSON object, a CSV record, an image with its caption file, a dataset row) goes through
+``record_row``, which applies ``capeval.corpus.row_checks`` to its key, caption and references, exactly as the
+tar and Parquet readers do: the same value gives the same row, or the same error, whatever file it came from and
+whichever executor reads it. A record that cannot be parsed is an error row naming its file and line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+from capeval.corpus.row_checks import caption_problem, key_problem, references_problem
+from capeval.corpus.row_sources import csv_dialect, csv_text
+from capeval.corpus.shards import Shard, ShardRow, id_column
+from capeval.json_files import InputFileError, parse_json
+
+
+def read_row_shard(shard: Shard, columns: dict[str, Any], records=None) -> list[ShardRow]:
+    """Every row of a row-source shard, in order.
+
+    Args:
+        shard: from ``capeval.corpus.row_sources``.
+        columns: the fields read (``caption``, ``image``, ``references``, ``id``), as ``choose_columns`` chose.
+        records: the shard's records already read (a streamed dataset's, read in order by the caller).
+    """
+    if shard.kind == "jsonl":
+        return [_row(shard, columns, *entry) for entry in _jsonl_records(shard)]
+    if shard.kind == "csv":
+        return [_row(shard, columns, *entry) for entry in _csv_records(shard, columns)]
+    if shard.kind == "image_folder":
+        return [_row(shard, columns, *entry) for entry in _folder_records(shard)]
+    if shard.kind == "datasets":
+        start, stop = shard.span
+        if records is None:
+            records = dataset_records(shard.dataset, start, stop)
+        return [
+            _row(shard, columns, index, record, f"row {start + index}", str(start + index), None)
+            for index, record in enumerate(records)
+        ]
+    raise ValueError(f"shard {shard.name} is of kind {shard.kind!r}, not a row source")
+
+
+def dataset_records(dataset: Any, start: int, stop: int) -> list[dict]:
+    """Rows ``start:stop`` of a dataset as dicts (a streamed one is read from its start)."""
+    import datasets
+
+    if isinstance(dataset, datasets.Dataset):
+        block = dataset[start:stop]
+        return [{c: block[c][k] for c in block} for k in range(stop - start)]
+    return list(itertools.islice(iter(dataset), start, stop))
+
+
+def _span(shard: Shard) -> bytes:
+    start, stop = shard.span
+    with open(shard.path, "rb") as fh:
+        fh.seek(start)
+        return fh.read(stop - start)
+
+
+def _jsonl_records(shard: Shard):
+    """``(index, record, where, default key, base)`` of each non-blank line of the shard's bytes."""
+    base = str(shard.path.parent)
+    index = 0
+    for lineno, line in enumerate(_span(shard).splitlines(keepends=True), shard.first_row):
+        if not line.strip():
+            continue
+        where = f"{shard.path.name} line {lineno}"
+        try:
+            record = parse_json(line, where)
+        except InputFileError as err:
+            record = {"__error__": str(err)}
+        if not isinstance(record, dict):
+            record = {"__error__": f"{where} is a JSON {type(record).__name__}, not an object"}
+        yield index, record, where, f"{shard.path.name}:{lineno}", base
+        index += 1
+
+
+def _csv_records(shard: Shard, columns: dict[str, Any]):
+    """``(index, record, where, default key, base)`` of each CSV record; a references cell holds a JSON list."""
+    import csv
+
+    base = str(shard.path.parent)
+    header = list(shard.fields)
+    text = csv_text(_span(shard))
+    reader = csv.reader(text, dialect=csv_dialect(shard.path))
+    index, lineno = 0, shard.first_row
+    for values in reader:
+        where = f"{shard.path.name} line {lineno}"
+        lineno = shard.first_row + reader.line_num
+        if not values:
+            continue
+        if len(values) != len(header):
+            record = {"__error__": f"{where} has {len(values)} fields, the header {len(header)}"}
+        else:
+            record = dict(zip(header, values, strict=True))
+            refs = columns.get("references") or "references"
+            if record.get(refs):
+                try:
+                    record[refs] = parse_json(record[refs].encode("utf-8"), f"the {refs!r} field of {where}")
+                except InputFileError as err:
+                    record = {"__error__": f"{err} (a CSV references field holds a JSON list of strings)"}
+            elif refs in record:
+                record[refs] = None  # an empty cell: no references
+        yield index, record, where, f"{shard.path.name}:{where.rsplit(' ', 1)[1]}", base
+        index += 1
+
+
+def _folder_records(shard: Shard):
+    """``(index, record, where, default key, base)`` of each image of the shard and its ``.txt`` caption."""
+    for index, relative in enumerate(shard.fields):
+        image = shard.path / relative
+        text = image.with_suffix(".txt")
+        key = str(Path(relative).with_suffix(""))
+        record: dict[str, Any] = {"image": str(image)}
+        try:
+            record["caption"] = text.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            record = {"__error__": f"no caption file {text.name} beside {relative}"}
+        except (UnicodeDecodeError, OSError) as err:
+            record = {"__error__": f"caption file {text.name} of {relative} cannot be read ({err})"}
+        yield index, record, f"image {relative}", key, None
+
+
+def _image(value: Any, base: str | None) -> Any:
+    """A record's image as the decoder takes it: encoded bytes, a path (relative to ``base``), a datasets Image
+    value's bytes or path, or a decoded picture."""
+    if isinstance(value, dict) and set(value) <= {"bytes", "path"}:
+        value = value.get("bytes") or value.get("path")
+    if isinstance(value, str) and base and not os.path.isabs(os.path.expanduser(value)):
+        return os.path.join(base, value)
+    return value
+
+
+def _row(
+    shard: Shard, columns: dict[str, Any], index: int, record: dict, where: str, default_key: str, base
+) -> ShardRow:
+    """One record checked into a row: its key (the id field, else its place), caption, image and references, or
+    the first problem found."""
+    field = id_column(list(record), columns.get("id"))
+    key, problem = (default_key, None) if field is None else key_problem(record[field], f"{where} field {field!r}")
+    if "__error__" in record:
+        return ShardRow(key=key, shard=shard.name, index=index, caption=None, image=None, error=record["__error__"])
+    caption_field, image_field = columns.get("caption") or "caption", columns.get("image") or "image"
+    caption = record.get(caption_field)
+    image = _image(record.get(image_field), base)
+    if problem is None and (image is None or image == b"" or image == ""):
+        problem = f"{where} has no image in field {image_field!r}"
+    if problem is None and not isinstance(image, (str, bytes)) and not _is_picture(image):
+        problem = f"{where} has an image of type {type(image).__name__} in field {image_field!r}"
+    problem = problem or caption_problem(caption, where, f" in field {caption_field!r}")
+    references, refs_issue = references_problem(record.get(columns.get("references") or "references"), where)
+    return ShardRow(
+        key=key, shard=shard.name, index=index, caption=caption if isinstance(caption, str) else None,
+        image=image, error=problem or refs_issue, references=references,
+    )  # fmt: skip
+
+
+def _is_picture(value: Any) -> bool:
+    """A decoded picture the image reader takes (a PIL image or a numpy array)."""
+    import numpy as np
+    from PIL import Image
+
+    return isinstance(value, (Image.Image, np.ndarray))

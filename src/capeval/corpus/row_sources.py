@@ -1,0 +1,242 @@
+"""Row sources cut into shards: JSONL and CSV files, image folders, ``datasets`` datasets.
+
+A corpus is shards of rows whatever its format. Files of samples (WebDataset tars, Parquet) are shards as they are
+(``capeval.corpus.shards``); a source of rows is cut here into shards of ``chunk_size`` consecutive rows, each
+named after its source and place (``captions.jsonl-00003``) and carrying its identity, so that the engine writes,
+resumes and summarises them exactly as it does tars:
+
+- a JSONL or CSV file: the bytes of ``chunk_size`` rows (lines; CSV records, which may span lines), identified by
+  their SHA-256, so rows appended to a file leave its earlier shards done;
+- an image folder (images with a same-named ``.txt`` caption, any depth, sorted by path): ``chunk_size`` images,
+  identified by every image's and caption's path, size and modification time;
+- a ``datasets.Dataset`` (in memory, or a ``save_to_disk`` folder): a range of rows, identified by the dataset's
+  fingerprint and the range; a streamed ``IterableDataset`` is read once to count its rows, then in order.
+
+Listing reads a JSONL or CSV file once (to find its row boundaries and hash them); nothing is decoded.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from capeval.corpus.shards import Shard
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", ".gif")
+JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
+CSV_EXTENSIONS = (".csv", ".tsv")
+MAX_CSV_FIELD_BYTES = 64 * 1024 * 1024  # one CSV cell (the csv module's own limit is 128 KiB)
+# What to do with files a corpus folder may hold but capeval does not read, by extension.
+_UNREAD_HINTS = {
+    ".arrow": "a save_to_disk folder needs its dataset_info.json; else load the files with datasets and pass them",
+    ".json": "a .json file is read when given itself (one JSON object per line); a folder is searched for "
+    ".jsonl/.ndjson/.csv files",
+}
+
+
+class EmptySourceError(ValueError):
+    """The corpus source holds no row; the message says what was found in its place."""
+
+
+def _shard_name(stem: str, n: int) -> str:
+    return f"{stem}-{n:05d}"
+
+
+def jsonl_shards(path: Path, chunk_size: int) -> list[Shard]:
+    """The shards of a JSONL file: ``chunk_size`` non-blank lines each (blank lines belong to no row)."""
+    shards: list[Shard] = []
+    with open(path, "rb") as fh:
+        start = offset = 0
+        first_line = rows = 0
+        digest = hashlib.sha256()
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                if rows == 0:
+                    start, first_line, digest = offset, lineno, hashlib.sha256()
+                rows += 1
+            offset += len(line)
+            if rows:
+                digest.update(line)
+            if rows == chunk_size:
+                shards.append(_byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows))
+                rows = 0
+        if rows:
+            shards.append(_byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows))
+    return shards
+
+
+def _byte_shard(
+    path: Path, kind: str, n: int, span: tuple[int, int], first_row: int, digest, rows: int, header=()
+) -> Shard:
+    identity = {"path": str(path.resolve()), "bytes": list(span), "rows": rows, "sha256": digest.hexdigest()}
+    return Shard(
+        path=path, name=_shard_name(path.name, n), kind=kind, span=span, first_row=first_row,
+        fields=tuple(header), identity=identity,
+    )  # fmt: skip
+
+
+class _CountingLines:
+    """A binary file's lines decoded for ``csv.reader``, counting and hashing the bytes handed out: the reader asks
+    for exactly the lines of one record before returning it, so after each record ``offset`` is its end and
+    ``digest`` has seen its bytes."""
+
+    def __init__(self, fh, name: str) -> None:
+        self.fh, self.name, self.offset, self.lineno = fh, name, 0, 0
+        self.digest = hashlib.sha256()
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = self.fh.readline()
+        if not line:
+            raise StopIteration
+        self.offset += len(line)
+        self.lineno += 1
+        self.digest.update(line)
+        try:
+            return line.decode("utf-8-sig" if self.lineno == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{self.name} line {self.lineno} is not UTF-8 ({err.reason})") from None
+
+
+def csv_dialect(path: Path) -> str:
+    return "excel-tab" if path.suffix.lower() == ".tsv" else "excel"
+
+
+def csv_shards(path: Path, chunk_size: int) -> list[Shard]:
+    """The shards of a CSV (or TSV) file with a header line: ``chunk_size`` records each.
+
+    Raises:
+        ValueError: the file is not UTF-8 or not CSV (naming the line).
+    """
+    csv.field_size_limit(MAX_CSV_FIELD_BYTES)
+    shards: list[Shard] = []
+    with open(path, "rb") as fh:
+        lines = _CountingLines(fh, path.name)
+        reader = csv.reader(lines, dialect=csv_dialect(path))
+        try:
+            header = next(reader, None)
+            if not header:
+                return []
+            start, first, rows = lines.offset, lines.lineno + 1, 0
+            lines.digest = hashlib.sha256()
+            for record in reader:
+                rows += bool(record)  # a blank line is no record
+                if rows == chunk_size:
+                    span = (start, lines.offset)
+                    shards.append(_byte_shard(path, "csv", len(shards), span, first, lines.digest, rows, header))
+                    start, first, rows = lines.offset, lines.lineno + 1, 0
+                    lines.digest = hashlib.sha256()
+        except csv.Error as err:
+            raise ValueError(f"{path.name} line {lines.lineno} is not CSV: {err}") from None
+        if rows:
+            span = (start, lines.offset)
+            shards.append(_byte_shard(path, "csv", len(shards), span, first, lines.digest, rows, header))
+    return shards
+
+
+def _sorted_images(folder: Path) -> Iterator[Path]:
+    # One directory listing in memory at a time, in a stable order.
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.is_dir():
+            yield from _sorted_images(Path(entry.path))
+        elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
+            yield Path(entry.path)
+
+
+def image_folder_shards(folder: Path, chunk_size: int) -> list[Shard]:
+    """The shards of a folder of images with ``.txt`` captions: ``chunk_size`` images each, by sorted path."""
+    shards: list[Shard] = []
+    members: list[str] = []
+
+    def close() -> None:
+        digest = hashlib.sha256()
+        for relative in members:
+            for file in (folder / relative, (folder / relative).with_suffix(".txt")):
+                st = file.stat() if file.exists() else None
+                digest.update(f"{file.relative_to(folder)}|{st and st.st_size}|{st and st.st_mtime_ns}\n".encode())
+        identity = {"folder": str(folder.resolve()), "images": len(members), "files_sha256": digest.hexdigest()}
+        shards.append(
+            Shard(
+                path=folder, name=_shard_name("images", len(shards)), kind="image_folder",
+                first_row=len(shards) * chunk_size, fields=tuple(members), identity=identity,
+            )  # fmt: skip
+        )
+
+    for image in _sorted_images(folder):
+        members.append(str(image.relative_to(folder)))
+        if len(members) == chunk_size:
+            close()
+            members = []
+    if members:
+        close()
+    return shards
+
+
+def dataset_shards(dataset: Any, chunk_size: int, image_column: str | None) -> list[Shard]:
+    """The shards of a ``datasets`` dataset: row ranges of ``chunk_size``; images kept undecoded (their bytes or
+    path are decoded by capeval's own reader, as every other source's)."""
+    import datasets
+
+    features = getattr(dataset, "features", None) or {}
+    for name, feature in features.items():
+        if isinstance(feature, datasets.Image) and feature.decode and (image_column in (None, name)):
+            dataset = dataset.cast_column(name, datasets.Image(decode=False))
+    if isinstance(dataset, datasets.Dataset):
+        total, fingerprint = len(dataset), dataset._fingerprint
+    else:
+        total, fingerprint = sum(1 for _ in dataset), None  # a stream: counted once, read in order
+    split = str(getattr(dataset, "split", None) or "rows")
+    shards = []
+    for n, start in enumerate(range(0, total, chunk_size)):
+        span = (start, min(total, start + chunk_size))
+        identity = {"fingerprint": fingerprint, "split": split, "rows": list(span)}
+        shards.append(
+            Shard(
+                path=None, name=_shard_name(split, n), kind="datasets", span=span, first_row=start,
+                identity=identity, dataset=dataset,
+            )  # fmt: skip
+        )
+    return shards
+
+
+def folder_contents_message(folder: Path) -> str:
+    """What a folder that yields no row holds: its files counted by extension, with what to do about them."""
+    counts: dict[str, int] = {}
+    for _, _, names in os.walk(folder):
+        for name in names:
+            ext = Path(name).suffix.lower() or "(no extension)"
+            counts[ext] = counts.get(ext, 0) + 1
+    total = sum(counts.values())
+    if not total:
+        return (
+            f"no rows to score: {folder} holds no file (give a .jsonl or .csv file, a folder of them, a folder of "
+            "images with .txt captions, or WebDataset/Parquet shards)"
+        )
+    found = ", ".join(
+        f"{n} *{ext}" if ext.startswith(".") else f"{n} {ext}"
+        for ext, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
+    )
+    hints = "".join(f"; *{ext}: {_UNREAD_HINTS[ext]}" for ext in sorted(counts) if ext in _UNREAD_HINTS)
+    return (
+        f"no rows to score in {folder}: found {total} file{'s' if total != 1 else ''} ({found}), none of them "
+        f".jsonl/.ndjson/.csv, a shard, or an image ({', '.join(IMAGE_EXTENSIONS)}) with a .txt caption{hints}"
+    )
+
+
+def empty_files_message(files: list[Path]) -> str:
+    sizes = ", ".join(f"{f} ({f.stat().st_size} bytes)" for f in files[:5])
+    more = f" and {len(files) - 5} more" if len(files) > 5 else ""
+    what = "is empty or holds only blank lines" if len(files) == 1 else "are empty or hold only blank lines"
+    return f"no rows to score: {sizes}{more} {what} (a corpus file holds one row per line, CSV after a header)"
+
+
+def csv_text(data: bytes) -> io.StringIO:
+    """A CSV shard's bytes as text for ``csv.reader`` (UTF-8, a byte-order mark at the file's start dropped)."""
+    return io.StringIO(data.decode("utf-8-sig"), newline="")
