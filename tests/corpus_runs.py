@@ -7,7 +7,7 @@ from pathlib import Path
 from capeval.corpus.run import score_corpus
 from tests.test_corpus import make_corpus
 
-CHUNK = 6  # 23 rows: parts of 6, 6, 6 and 5 rows
+CHUNK = 6  # 23 rows: shards of 6, 6, 6 and 5 rows
 
 
 def finish_a_run(root: Path, model: str) -> tuple[Path, Path, dict, dict]:

@@ -73,11 +73,12 @@ def corpus(tmp_path_factory) -> Path:
     return make_corpus(tmp_path_factory.mktemp("corpus"), 23)
 
 
-
 # --- Rows scored as the plain API scores them, every row kept, in order ---
 
 
-def test_jsonl_rows_score_as_the_plain_api_per_row_and_every_row_is_kept_in_order(corpus, tmp_path, tiny_clip_dir):
+def test_jsonl_rows_score_as_the_plain_api_per_row_and_every_row_is_kept_in_order(
+    corpus, tmp_path, tiny_clip_dir
+):
     result = score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, batch_size=4)
     rows = read_scores(tmp_path / "out")
     assert [r["key"] for r in rows] == [f"row{i}" for i in range(23)]
@@ -111,7 +112,9 @@ def test_refclipscore_reads_the_references_field_and_scores_as_the_api(corpus, t
 
 def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_clip_dir):
     # A converted PAC-S folder is a CLIP folder: the tiny CLIP stands in for one.
-    result = score_corpus(corpus, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), chunk_size=50)
+    result = score_corpus(
+        corpus, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), chunk_size=50
+    )
     rows = read_scores(tmp_path / "out")
     source = read_jsonl(corpus)
     plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
@@ -211,10 +214,10 @@ def test_csv_records_spanning_lines_are_cut_into_shards_by_record(tmp_path):
 
     path = tmp_path / "rows.csv"
     path.write_text(
-        'image,caption,references\n'
+        "image,caption,references\n"
         'a.png,"a dog\non two lines","[""a dog""]"\n'
-        'b.png,a cat,\n'
-        '\n'
+        "b.png,a cat,\n"
+        "\n"
         'c.png,a hen,"a hen"\n'
         'd.png,a cow,"[""a cow"", 3]"\n',
         encoding="utf-8",
@@ -258,9 +261,15 @@ def test_rows_appended_to_a_jsonl_file_leave_its_earlier_shards_done_and_an_edit
     options = dict(model=str(tiny_clip_dir), chunk_size=5)
     score_corpus(corpus, tmp_path / "out", **options)
     lines = corpus.read_text().splitlines(keepends=True)
-    more = make_corpus(tmp_path / "more", 4, bad_rows=False).read_text().replace('"images/', '"more/images/').replace('"row', '"more')
+    more = (
+        make_corpus(tmp_path / "more", 4, bad_rows=False)
+        .read_text()
+        .replace('"images/', '"more/images/')
+        .replace('"row', '"more')
+    )
     corpus.write_text("".join(lines) + more)
-    grown = score_corpus(corpus, tmp_path / "out", **options)
+    with pytest.warns(InputChangedWarning, match=r"corpus.jsonl-00002 .*rows 2 -> 5, content"):
+        grown = score_corpus(corpus, tmp_path / "out", **options)
     # Shards 0 and 1 are unchanged; the last one grew from 2 to 5 rows and one more holds the last row.
     assert grown.summary["shards_scored_now"] == 2 and grown.summary["rows"] == 16
     lines = corpus.read_text().splitlines(keepends=True)
@@ -288,10 +297,14 @@ def test_refclipscore_rows_without_references_are_error_rows_naming_the_row(corp
     for i in (0, 10):
         del rows[i]["references"]
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text("".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows))
+    mixed.write_text(
+        "".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows)
+    )
     result = score_corpus(mixed, tmp_path / "out", ["refclipscore"], model=str(tiny_clip_dir))
     got = read_scores(tmp_path / "out")
-    assert got[0]["error"] == "row row0 has no references (refclipscore needs them)" and got[1]["error"] is None
+    assert (
+        got[0]["error"] == "row row0 has no references (refclipscore needs them)" and got[1]["error"] is None
+    )
     assert result.summary["scored"] == 19 and result.summary["error_kinds"]["references"] == 2
 
 
@@ -300,7 +313,9 @@ def test_pacscore_scores_rows_without_references_and_counts_each_mean(corpus, tm
     for i in (0, 1, 2, 10):
         del rows[i]["references"]
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text("".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows))
+    mixed.write_text(
+        "".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows)
+    )
     # Batches of 4 mix rows with and without references: each row's values are those of the plain API.
     result = score_corpus(mixed, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), batch_size=4)
     got = read_scores(tmp_path / "out")
@@ -311,7 +326,9 @@ def test_pacscore_scores_rows_without_references_and_counts_each_mean(corpus, tm
         references=[rows[i]["references"] for i in (4, 5)],
         images=[str(corpus.parent / rows[i]["image"]) for i in (4, 5)],
     )
-    assert [got[4]["refpacscore"], got[5]["refpacscore"]] == pytest.approx(plain["refpacscore_scores"], abs=1e-6)
+    assert [got[4]["refpacscore"], got[5]["refpacscore"]] == pytest.approx(
+        plain["refpacscore_scores"], abs=1e-6
+    )
 
 
 # --- The command line and the progress bar ---
@@ -328,7 +345,10 @@ def test_cli_corpus_prints_the_means_and_writes_kept_rows(corpus, tmp_path, tiny
     assert rc == 0
     printed = capsys.readouterr()
     summary = json.loads((out / "summary.json").read_text())
-    assert f"21 of 23 rows scored in 3 shard file(s): clipscore {summary['mean']['clipscore']:.4f}" in printed.out
+    assert (
+        f"21 of 23 rows scored in 3 shard file(s): clipscore {summary['mean']['clipscore']:.4f}"
+        in printed.out
+    )
     assert "kept 21 row(s) with clipscore >= 0.0000" in printed.out
     assert "2 row(s) not scored" in printed.err
     assert len(read_jsonl(out / "kept.jsonl")) == 21

@@ -9,19 +9,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_corpus import make_corpus, read_jsonl
+from test_corpus import make_corpus, read_scores
 
 pytestmark = pytest.mark.slow
 
 SMALL, FACTOR = 250, 20
-PARTS = SMALL // 25 + 1  # ten full parts, then the empty part that marks the end
+SHARDS = SMALL // 25  # ten shards of 25 rows
 OPTIONS = ["--chunk-size", "25", "--batch-size", "5", "--threshold", "0.3", "--no-progress"]
 
 
@@ -66,49 +65,31 @@ def small_run(tmp_path_factory, tiny_clip_dir):
     return corpus, root / "out", rss
 
 
-def _cache_rows(path: Path) -> int:
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        return db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
-    finally:
-        db.close()
-
-
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_output(small_run, tmp_path, tiny_clip_dir):
     corpus, reference, _ = small_run
     out = tmp_path / "out"
-    parts, cache = out / "parts", out / "embeddings.sqlite"
-    at_third_part: list[int] = []
+    scores = out / "scores"
 
-    def mid_part() -> bool:
-        # Kill once part 3 is written and part 4 has committed at least one batch of embeddings.
-        if not parts.is_dir() or len(list(parts.glob("part-*.jsonl"))) < 3:
-            return False
-        if not at_third_part:
-            at_third_part.append(_cache_rows(cache))
-        return _cache_rows(cache) > at_third_part[0]
+    def three_shards_written() -> bool:
+        return scores.is_dir() and len(list(scores.glob("*.parquet"))) >= 3
 
-    status, _ = run_cli(score_args(corpus, out, tiny_clip_dir), tmp_path / "killed.txt", mid_part)
+    status, _ = run_cli(score_args(corpus, out, tiny_clip_dir), tmp_path / "killed.txt", three_shards_written)
     assert status == -signal.SIGKILL
-    finished = len(list(parts.glob("part-*.jsonl")))
-    assert 3 <= finished < PARTS and not (out / "scores.jsonl").exists()
-    cached = _cache_rows(cache)  # committed batches outlive the kill
+    finished = len(list(scores.glob("*.parquet")))
+    assert 3 <= finished < SHARDS and not (out / "summary.json").exists()
 
     status, _ = run_cli(score_args(corpus, out, tiny_clip_dir), tmp_path / "resumed.txt")
     assert status == 0, (tmp_path / "resumed.txt").read_text()[-3000:]
-    for name in ("scores.jsonl", "kept.jsonl", "errors.jsonl"):
-        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
-    rows = read_jsonl(out / "scores.jsonl")
-    assert [r["index"] for r in rows] == list(range(SMALL))  # no row lost, none twice
-    run = json.loads((out / "summary.json").read_text())["this_run"]
-    assert run["parts_skipped"] == finished and run["parts"] == PARTS - finished
-    # Nothing encoded twice: the resumed run encoded exactly the entries the cache lacked after the kill.
-    added = _cache_rows(out / "embeddings.sqlite") - cached
-    assert run["images_encoded"] + run["texts_encoded"] == added
+    for path in sorted((reference / "scores").glob("*.parquet")):
+        assert (scores / path.name).read_bytes() == path.read_bytes(), path.name
+    assert (out / "kept.jsonl").read_bytes() == (reference / "kept.jsonl").read_bytes()
+    rows = read_scores(out)
+    assert [r["key"] for r in rows] == [f"row{i}" for i in range(SMALL)]  # no row lost, none twice
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["shards_scored_now"] == SHARDS - finished
     print(
-        f"\nSIGKILL after {finished} finished parts with {cached} cache entries ({at_third_part[0]} when part 3 "
-        f"was written); the resumed run skipped {run['parts_skipped']} parts, encoded {run['images_encoded']} "
-        f"images and {run['texts_encoded']} captions; outputs byte-identical to the uninterrupted run"
+        f"\nSIGKILL after {finished} of {SHARDS} shards; the resumed run scored the other "
+        f"{summary['shards_scored_now']}; every output byte-identical to the uninterrupted run"
     )
 
 
@@ -118,12 +99,12 @@ def test_peak_rss_on_20x_more_rows_stays_within_1_2x(small_run, tmp_path, tiny_c
     status, big_rss = run_cli(score_args(corpus, tmp_path / "out", tiny_clip_dir), tmp_path / "log.txt")
     assert status == 0, (tmp_path / "log.txt").read_text()[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["rows"] == SMALL * FACTOR and summary["this_run"]["images_encoded"] == SMALL * FACTOR - 2
+    assert summary["rows"] == SMALL * FACTOR and summary["scored"] == SMALL * FACTOR - 2
     print(f"\npeak RSS: {SMALL} rows {small_rss:.0f} MiB, {SMALL * FACTOR} rows {big_rss:.0f} MiB")
     assert big_rss <= 1.2 * small_rss
 
 
-def test_two_processes_share_the_parts_and_write_the_same_output(small_run, tmp_path, tiny_clip_dir):
+def test_two_processes_share_the_shards_and_write_the_same_output(small_run, tmp_path, tiny_clip_dir):
     corpus, reference, _ = small_run
     out = tmp_path / "out"
     launched = subprocess.run(
@@ -135,16 +116,8 @@ def test_two_processes_share_the_parts_and_write_the_same_output(small_run, tmp_
     )  # fmt: skip
     assert launched.returncode == 0, (launched.stdout + launched.stderr)[-12000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["this_run"]["processes"] == 2
-    got, want = read_jsonl(out / "scores.jsonl"), read_jsonl(reference / "scores.jsonl")
-    assert [(r["index"], r["id"], "error" in r) for r in got] == [
-        (r["index"], r["id"], "error" in r) for r in want
-    ]
-    # A caption repeated in parts of both processes may be encoded in another batch: equal up to rounding.
-    assert [r.get("clipscore", 0.0) for r in got] == pytest.approx(
-        [r.get("clipscore", 0.0) for r in want], abs=1e-6
-    )
-    headers = [
-        json.loads(p.read_text().splitlines()[0]) for p in sorted((out / "parts").glob("part-*.jsonl"))
-    ]
-    assert [h["part"] for h in headers] == list(range(PARTS))
+    assert summary["processes"] == 2 and summary["shards_scored_now"] == SHARDS
+    got, want = read_scores(out), read_scores(reference)
+    assert [(r["key"], r["error"] is None) for r in got] == [(r["key"], r["error"] is None) for r in want]
+    # The same batches in each shard, on one thread per process: equal to the one-process run.
+    assert [r["clipscore"] for r in got] == [r["clipscore"] for r in want]

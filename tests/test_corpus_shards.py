@@ -12,10 +12,11 @@ import pytest
 
 import capeval
 from capeval.cli import main
+from capeval.corpus.reader import read_shard
+from capeval.corpus.run import score_corpus
 from capeval.corpus.shard_outputs import output_path
-from capeval.corpus.shard_run import score_shards
 from capeval.corpus.shard_summary import top_fraction_threshold
-from capeval.corpus.shards import ShardReadError, list_shards, read_shard
+from capeval.corpus.shards import ShardReadError, list_shards
 from capeval.diagnostics.categories import DamagedFileWarning
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
@@ -35,7 +36,7 @@ def shards(tmp_path_factory):
 def scored(shards, tmp_path_factory):
     folder, samples = shards
     out = tmp_path_factory.mktemp("out") / "run"
-    result = score_shards(
+    result = score_corpus(
         folder, out, ["clipscore", "refclipscore"], model=MODEL, batch_size=4, top_fraction=0.3
     )
     return out, result
@@ -135,7 +136,7 @@ def test_a_rerun_skips_whole_shards_and_redoes_a_damaged_one(shards, scored):
     damaged = output_path(out, "00002")
     damaged.write_bytes(damaged.read_bytes()[:100])
     with pytest.warns(DamagedFileWarning, match="00002.parquet is damaged"):
-        again = score_shards(
+        again = score_corpus(
             folder, out, ["clipscore", "refclipscore"], model=MODEL, batch_size=4, top_fraction=0.3
         )
     assert again.summary["shards_scored_now"] == 1
@@ -143,12 +144,12 @@ def test_a_rerun_skips_whole_shards_and_redoes_a_damaged_one(shards, scored):
     assert {n for n in after if after[n] != mtimes[n]} == {"00002.parquet"}
     assert again.summary["rows"] == 24
     with pytest.raises(ValueError, match=r"holds a run with other settings \(metrics"):
-        score_shards(folder, out, ["clipscore"], model=MODEL)
+        score_corpus(folder, out, ["clipscore"], model=MODEL)
 
 
 def test_parquet_shards_with_bytes_or_paths(tmp_path):
     samples = write_shapes_shards(tmp_path / "pq", shards=2, rows_per_shard=3, kind="parquet")
-    a = score_shards(tmp_path / "pq", tmp_path / "a", ["clipscore"], model=MODEL)
+    a = score_corpus(tmp_path / "pq", tmp_path / "a", ["clipscore"], model=MODEL)
     keys = list(samples)
     for k in keys:
         (tmp_path / f"{k}.jpg").write_bytes(samples[k]["image"])
@@ -162,20 +163,20 @@ def test_parquet_shards_with_bytes_or_paths(tmp_path):
         ),
         tmp_path / "paths.parquet",
     )
-    b = score_shards(tmp_path / "paths.parquet", tmp_path / "b", ["clipscore"], model=MODEL)
+    b = score_corpus(tmp_path / "paths.parquet", tmp_path / "b", ["clipscore"], model=MODEL)
     assert b.summary["scored"] == a.summary["scored"] == 6
     assert b.summary["mean"]["clipscore"] == pytest.approx(a.summary["mean"]["clipscore"], abs=1e-6)
     pq.write_table(pa.table({"key": ["x"], "picture": [b""], "caption": ["c"]}), tmp_path / "bad.parquet")
     with pytest.raises(
         ValueError, match=r"has no image column .*its columns: \['key', 'picture', 'caption'\]"
     ):
-        score_shards(tmp_path / "bad.parquet", tmp_path / "c", ["clipscore"], model=MODEL)
+        score_corpus(tmp_path / "bad.parquet", tmp_path / "c", ["clipscore"], model=MODEL)
 
 
 def test_an_unreadable_shard_is_reported_and_the_others_scored(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
     (tmp_path / "in" / "00002.tar").write_bytes(b"garbage" * 100)
-    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
+    result = score_corpus(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
     assert list(result.summary["failed_shards"]) == ["00002"]
     assert "not a readable tar file" in result.summary["failed_shards"]["00002"]
     assert result.summary["scored"] == 6
@@ -190,7 +191,7 @@ def test_a_parquet_shard_without_the_columns_is_reported_when_the_first_has_them
         ["key", "jpg", "alt", "references"]
     )
     pq.write_table(table, tmp_path / "in" / "00001.parquet")
-    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
+    result = score_corpus(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL)
     assert list(result.summary["failed_shards"]) == ["00001"]
     assert "its columns: ['key', 'jpg', 'alt', 'references']" in result.summary["failed_shards"]["00001"]
     assert result.summary["scored"] == 3 and result.summary["shards"] == 1
@@ -203,7 +204,7 @@ def test_parquet_captions_and_references_that_are_not_text_are_row_errors(tmp_pa
     nulls = pq.read_table(tmp_path / "in" / "00001.parquet")
     refs = pa.array([["a red circle", None], ["a blue square"]], type=pa.list_(pa.string()))
     pq.write_table(nulls.set_column(3, "references", refs), tmp_path / "in" / "00001.parquet")
-    result = score_shards(tmp_path / "in", tmp_path / "out", ["refclipscore"], model=MODEL)
+    result = score_corpus(tmp_path / "in", tmp_path / "out", ["refclipscore"], model=MODEL)
     errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}
     assert errors["000000000"] == "row 000000000 has a caption of type int (5) in column 'caption'"
     assert (
@@ -225,7 +226,7 @@ def test_invisible_captions_and_empty_references_are_row_errors_not_a_failed_bat
     (tmp_path / "in").mkdir()
     write_tar(tmp_path / "in" / "00000.tar", members)
     # The metrics' input checks refuse both for the whole call; the rows carry it instead, and c is scored.
-    result = score_shards(tmp_path / "in", tmp_path / "out", ["clipscore", "refclipscore"], model=MODEL)
+    result = score_corpus(tmp_path / "in", tmp_path / "out", ["clipscore", "refclipscore"], model=MODEL)
     errors = {r["key"]: r["error"] for r in _rows(tmp_path / "out")}
     assert errors["a"] == "sample a has an empty caption (.txt) (only invisible characters)"
     assert errors["b"] == ("row b has an empty reference (0: ''); refclipscore needs text in every one")
@@ -237,9 +238,9 @@ def test_corpus_level_and_unknown_metrics_are_refused_by_name(tmp_path):
     with pytest.raises(
         ValueError, match=r"metric 1 'emscore' cannot score shards: its per-row scores depend"
     ):
-        score_shards(tmp_path / "in", tmp_path / "o", ["clipscore", "emscore"], model=MODEL)
-    with pytest.raises(ValueError, match=r"engine must be one of \('local', 'ray'\), got 'spark'"):
-        score_shards(tmp_path / "in", tmp_path / "o", ["clipscore"], model=MODEL, engine="spark")
+        score_corpus(tmp_path / "in", tmp_path / "o", ["clipscore", "emscore"], model=MODEL)
+    with pytest.raises(ValueError, match=r"executor must be one of \('local', 'ray'\), got 'spark'"):
+        score_corpus(tmp_path / "in", tmp_path / "o", ["clipscore"], model=MODEL, executor="spark")
 
 
 def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, capsys):
@@ -270,7 +271,7 @@ def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, cap
 
 def test_embeddings_are_saved_as_float16_when_asked(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)
-    score_shards(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, save_embeddings=True)
+    score_corpus(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, save_embeddings=True)
     table = pq.read_table(output_path(tmp_path / "out", "00000"))
     assert table.schema.field("image_embedding").type == pa.list_(pa.float16())
     image = np.array(table.column("image_embedding").to_pylist(), dtype=np.float32)
@@ -286,36 +287,50 @@ def _given(**changes):
     return {**given, **changes}
 
 
-def test_checked_settings_fill_the_default_model_and_keep_only_the_options_given():
+def test_metric_options_fill_the_default_model_and_keep_only_the_options_given():
     from capeval.clip.backbones import DEFAULT_MODEL
-    from capeval.corpus.shard_run import _checked_settings
+    from capeval.corpus.run import _metric_options
 
-    names, options = _checked_settings("local", ["refclipscore"], 8, _given(w=2.0))
-    assert names == ["refclipscore"]
+    options = _metric_options(["refclipscore"], _given(w=2.0))
     assert options == {"model": DEFAULT_MODEL, "device": None, "dtype": "float32", "w": 2.0}
-    names, options = _checked_settings("ray", "pacscore", 1, _given(checkpoint="pacs.pth", prefix="A"))
-    assert names == ["pacscore"] and options["model"] is None  # PAC-S has no default backbone to fill in
+    options = _metric_options(["pacscore"], _given(checkpoint="pacs.pth", prefix="A"))
+    assert options["model"] is None  # PAC-S has no default backbone to fill in
     assert (options["checkpoint"], options["prefix"]) == ("pacs.pth", "A")
 
 
 @pytest.mark.parametrize(
-    ("engine", "metrics", "batch_size", "given", "message"),
+    ("settings", "error", "message"),
     [
-        ("spark", ["clipscore"], 8, _given(), "engine must be one of .*'spark'"),
-        ("local", ["clipscore", "emscore"], 8, _given(), "metric 1 'emscore' cannot score shards"),
-        ("local", ["clipscore"], 0, _given(), "batch_size must be >= 1, got 0"),
-        ("local", ["pacscore"], 8, _given(model="m"), "pacscore needs its weights: give checkpoint="),
+        ({"executor": "spark"}, ValueError, "executor must be one of .*'spark'"),
+        ({"metrics": ["clipscore", "emscore"]}, ValueError, "metric 1 'emscore' cannot score shards"),
+        ({"batch_size": 0}, ValueError, "batch_size must be >= 1, got 0"),
+        ({"chunk_size": "6"}, TypeError, "chunk_size must be an integer, got str '6'"),
+        ({"num_workers": -1}, ValueError, "num_workers must be >= 0, got -1"),
+        ({"metrics": ["pacscore"]}, ValueError, "pacscore needs its weights: give checkpoint="),
+        ({"threshold": 0.3, "top_fraction": 0.5}, ValueError, "give threshold or top_fraction, not both"),
+        ({"top_fraction": 1.5}, ValueError, r"top_fraction must be in \(0, 1\], got 1.5"),
+        ({"threshold": float("nan")}, ValueError, "threshold must be a finite number, got nan"),
+        ({"threshold": "0.3"}, TypeError, "threshold must be a number, got str '0.3'"),
+        ({"ray": {"address": "auto"}}, ValueError, "applies to executor='ray', not 'local'"),
+        (
+            {"executor": "ray", "ray": {"adress": "auto"}},
+            ValueError,
+            r"unknown Ray setting\(s\) \['adress'\]",
+        ),
+        ({"model": object()}, TypeError, "a model object cannot be resumed"),
     ],
 )
-def test_checked_settings_refuse_bad_settings_naming_them(engine, metrics, batch_size, given, message):
-    from capeval.corpus.shard_run import _checked_settings
-
-    with pytest.raises(ValueError, match=message):
-        _checked_settings(engine, metrics, batch_size, given)
+def test_bad_settings_are_refused_naming_them_before_anything_is_read_or_written(
+    tmp_path, settings, error, message
+):
+    settings = {"metrics": ["clipscore"], "model": MODEL, **settings}
+    with pytest.raises(error, match=message):
+        score_corpus(tmp_path / "no-such-source", tmp_path / "out", **settings)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_driver_loads_the_models_on_its_cpu_for_ray_and_where_asked_for_locally():
-    from capeval.corpus.shard_run import _driver_options
+    from capeval.corpus.run import _driver_options
 
     options = {"model": MODEL, "device": "cuda:7", "dtype": "float32"}
     assert _driver_options(options, "ray") == {"model": MODEL, "device": "cpu", "dtype": "float32"}
@@ -325,7 +340,7 @@ def test_the_driver_loads_the_models_on_its_cpu_for_ray_and_where_asked_for_loca
 def test_threshold_column_is_the_first_metrics_unless_named_and_must_be_written():
     from types import SimpleNamespace
 
-    from capeval.corpus.shard_run import _threshold_column
+    from capeval.corpus.run import _threshold_column
 
     scorer = SimpleNamespace(metrics=["refclipscore"], columns=lambda: ["refclipscore", "clip_s"])
     assert _threshold_column(scorer, None) == "refclipscore"
@@ -337,49 +352,55 @@ def test_threshold_column_is_the_first_metrics_unless_named_and_must_be_written(
 def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
     from types import SimpleNamespace
 
+    from capeval.corpus.reader import open_corpus
+    from capeval.corpus.run import _Plan
     from capeval.corpus.shard_outputs import FORMAT
-    from capeval.corpus.shard_run import _Plan
 
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
     plan = _Plan(
-        source=tmp_path, engine="local", columns={"caption": "txt", "image": "jpg"}, batch_size=4,
-        embeddings=True, key_metric="clipscore", cut={}, num_workers=None, ray={},
+        corpus=open_corpus(tmp_path / "in", 8), executor="local", columns={"caption": "txt", "image": "jpg"},
+        chunk_size=8, batch_size=4, embeddings=True, key_metric="clipscore", cut={}, num_workers=None,
+        progress=False, ray={},
     )  # fmt: skip
     scorer = SimpleNamespace(metrics=["clipscore"], signatures={"clipscore": "clipscore|model=m"})
     assert plan.manifest(scorer) == {
         "format": FORMAT,
         "metrics": ["clipscore"],
         "signatures": {"clipscore": "clipscore|model=m"},
-        "source": {"folder": str(tmp_path.resolve())},
+        "source": {"kind": "shards", "folder": str((tmp_path / "in").resolve())},
         "columns": {"caption": "txt", "image": "jpg"},
+        "chunk_size": 8,
         "embeddings": True,
     }
 
 
 def test_claimed_output_is_created_locked_and_recorded_and_refuses_other_settings(tmp_path):
     from capeval.corpus.lock import FolderInUseError, OutputLock
-    from capeval.corpus.shard_run import _claimed_output
+    from capeval.corpus.run_folder import claimed_output
+    from capeval.corpus.shard_outputs import remove_stale_temporaries
 
     out = tmp_path / "new" / "run"
-    with _claimed_output(out, {"metrics": ["clipscore"]}) as held:
+    with claimed_output(out, {"metrics": ["clipscore"]}, remove_stale_temporaries) as held:
         assert held == out and json.loads((out / "run.json").read_text()) == {"metrics": ["clipscore"]}
         with pytest.raises(FolderInUseError):
             OutputLock(out).acquire()
     (out / "scores").mkdir()
     stale = out / "scores" / ".00000.parquet.123.capeval-tmp"
     stale.write_bytes(b"half")
-    with _claimed_output(out, {"metrics": ["clipscore"]}):
+    with claimed_output(out, {"metrics": ["clipscore"]}, remove_stale_temporaries):
         assert not stale.exists()  # a killed run's temporary, removed once the folder is held
     with pytest.raises(ValueError, match="holds a run with other settings"):
-        with _claimed_output(out, {"metrics": ["refclipscore"]}):
+        with claimed_output(out, {"metrics": ["refclipscore"]}, remove_stale_temporaries):
             pass
 
 
 def test_claimed_output_refuses_a_folder_capeval_did_not_make(tmp_path):
-    from capeval.corpus.shard_run import _claimed_output
+    from capeval.corpus.run_folder import claimed_output
+    from capeval.corpus.shard_outputs import remove_stale_temporaries
 
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "cat.jpg").write_bytes(b"x")
-    with pytest.raises(ValueError, match="is not a capeval output folder .*cat.jpg"):
-        with _claimed_output(tmp_path / "photos", {}):
+    with pytest.raises(ValueError, match=r"is not a capeval output folder \(it holds cat.jpg"):
+        with claimed_output(tmp_path / "photos", {"metrics": ["clipscore"]}, remove_stale_temporaries):
             pass
-    assert not (tmp_path / "photos" / "run.json").exists()
+    assert (tmp_path / "photos" / "cat.jpg").read_bytes() == b"x"

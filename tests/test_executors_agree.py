@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from capeval.corpus.shard_run import score_shards  # noqa: E402
+from capeval.corpus.run import score_corpus  # noqa: E402
 from capeval.diagnostics.categories import DuplicateKeyWarning  # noqa: E402
 from capeval.testing.shapes import shapes_clip_path  # noqa: E402
 from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
@@ -84,8 +84,8 @@ def runs(tmp_path_factory):
         for engine in ("local", "ray"):
             # The tars' repeated key is warned of once per run, by both executors.
             with pytest.warns(DuplicateKeyWarning) if source == "tars" else contextlib.nullcontext():
-                pair.append(score_shards(root / source, root / f"{source}-{engine}", METRICS, model=MODEL,
-                                         batch_size=BATCH, engine=engine))  # fmt: skip
+                pair.append(score_corpus(root / source, root / f"{source}-{engine}", METRICS, model=MODEL,
+                                         batch_size=BATCH, executor=engine))  # fmt: skip
         results[source] = tuple(pair)
     return results
 

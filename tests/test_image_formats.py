@@ -203,10 +203,10 @@ def _assert_eps_row_refused_and_the_other_scored(out: Path) -> None:
 def test_a_shard_member_or_cell_holding_eps_is_a_row_error_on_the_local_engine(
     tmp_path, tiny_clip_dir, ghostscript_calls, kind
 ):
-    from capeval.corpus.shard_run import score_shards
+    from capeval.corpus.run import score_corpus
 
     source = SHARD_WRITERS[kind](tmp_path / "in")
-    score_shards(source, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), device="cpu")
+    score_corpus(source, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), device="cpu")
     _assert_eps_row_refused_and_the_other_scored(tmp_path / "out")
     assert not ghostscript_calls.exists()
 
@@ -216,13 +216,13 @@ def test_a_shard_member_or_cell_holding_eps_is_a_row_error_on_the_local_engine(
 def test_a_shard_member_or_cell_holding_eps_is_a_row_error_on_the_ray_engine(
     tmp_path, tiny_clip_dir, ghostscript_calls, kind, local_ray
 ):
-    from capeval.corpus.shard_run import score_shards
+    from capeval.corpus.run import score_corpus
 
     source = SHARD_WRITERS[kind](tmp_path / "in")
     # PIL in the workers would look for Ghostscript on the PATH they were started with; the log file is still
     # where any stand-in call would be recorded, and the row's error shows the refusal came first.
-    score_shards(
-        source, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), device="cpu", engine="ray"
+    score_corpus(
+        source, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), device="cpu", executor="ray"
     )
     _assert_eps_row_refused_and_the_other_scored(tmp_path / "out")
     assert not ghostscript_calls.exists()

@@ -7,10 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from capeval.corpus.reader import read_shard
 from capeval.corpus.row_batches import DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import prepare_rows
-from capeval.corpus.shard_run import score_shards
-from capeval.corpus.shards import list_shards, read_shard
+from capeval.corpus.run import score_corpus
+from capeval.corpus.shards import list_shards
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
 
@@ -108,7 +109,12 @@ def test_the_local_engine_writes_the_same_scores_with_decoding_workers(tmp_path)
     tables = {}
     for workers in (None, 2):
         out = tmp_path / f"out-{workers}"
-        score_shards(tmp_path / "in", out, ["clipscore"], model=MODEL, batch_size=16, num_workers=workers)
+        score_corpus(tmp_path / "in", out, ["clipscore"], model=MODEL, batch_size=16, num_workers=workers)
         tables[workers] = [pq.read_table(f).to_pylist() for f in sorted((out / "scores").glob("*.parquet"))]
-    assert tables[2] == tables[None]
+    # The same rows, errors included; the model's torch threads give way to the workers (other thread counts
+    # round matrix products differently): the scores are equal up to float rounding.
+    plain = [[{k: v for k, v in r.items() if k != "clipscore"} for r in t] for t in tables[None]]
+    assert [[{k: v for k, v in r.items() if k != "clipscore"} for r in t] for t in tables[2]] == plain
+    scores = [[r["clipscore"] or 0.0 for r in t] for t in tables[2]]
+    assert scores == [pytest.approx([r["clipscore"] or 0.0 for r in t], abs=1e-5) for t in tables[None]]
     assert sum(len(t) for t in tables[2]) == 80

@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from capeval.corpus.reader import read_shard
 from capeval.corpus.row_checks import MAX_CAPTION_BYTES, caption_problem, key_problem, references_problem
-from capeval.corpus.shard_run import score_shards
-from capeval.corpus.shards import list_shards, read_shard
+from capeval.corpus.run import score_corpus
+from capeval.corpus.shards import list_shards
 
 # --- Keys ---
 
@@ -148,7 +149,9 @@ def _assert_rows(out):
 
 
 def _score(source, out, model, engine):
-    return score_shards(source, out, ["refclipscore"], model=model, device="cpu", engine=engine, batch_size=2)
+    return score_corpus(
+        source, out, ["refclipscore"], model=model, device="cpu", executor=engine, batch_size=2
+    )
 
 
 def test_the_local_engine_writes_an_error_row_for_each_hostile_value(hostile_rows, tmp_path, tiny_clip_dir):

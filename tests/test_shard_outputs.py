@@ -25,7 +25,7 @@ from PIL import Image
 import capeval
 from capeval.cli import main
 from capeval.corpus.lock import FolderInUseError, OutputLock
-from capeval.corpus.shard_run import score_shards
+from capeval.corpus.run import score_corpus
 from capeval.diagnostics.categories import DamagedFileWarning, DuplicateKeyWarning, InputChangedWarning
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
@@ -44,7 +44,7 @@ def engine(request):
 
 def _run(source, out, engine, **kwargs):
     kwargs.setdefault("batch_size", 4)
-    return score_shards(source, out, ["clipscore"], model=MODEL, engine=engine, **kwargs)
+    return score_corpus(source, out, ["clipscore"], model=MODEL, executor=engine, **kwargs)
 
 
 def _rows(out, shard: str) -> list[dict]:
@@ -79,7 +79,7 @@ def test_a_shard_rewritten_under_the_same_name_is_scored_again_and_said_so(tmp_p
     shutil.copy(tmp_path / "other" / "00000.tar", tmp_path / "in" / "00000.tar")
     with pytest.warns(
         InputChangedWarning,
-        match=r"input shard .*00000.tar changed since .*00000.parquet was written \(.*content\)",
+        match=r"input shard 00000 \(.*00000.tar\) changed since .*00000.parquet was written \(.*content\)",
     ):
         result = _run(tmp_path / "in", tmp_path / "out", engine)
     after = {r["key"]: r["caption"] for r in _rows(tmp_path / "out", "00000")}
@@ -119,7 +119,7 @@ def test_an_output_folder_of_another_corpus_with_the_same_shard_names_is_refused
     _run(tmp_path / "a", tmp_path / "out", "local")
     with pytest.raises(
         ValueError,
-        match=r"holds a run with other settings \(source: \{'folder': '.*/a'\} there, \{'folder': '.*/b'\} now",
+        match=r"other settings \(source: \{'kind': 'shards', 'folder': '.*/a'\} there, \{'kind': 'shards', 'folder': '.*/b'\} now",
     ):
         _run(tmp_path / "b", tmp_path / "out", "local")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -144,7 +144,13 @@ def test_an_explicit_image_column_is_used_even_when_it_is_the_default_name(tmp_p
     direct = capeval.CLIPScore(model=MODEL)(["a dark square"], images=[{"bytes": dark}])
     assert _rows(tmp_path / "out", "00000")[0]["clipscore"] == pytest.approx(direct["scores"][0], abs=1e-6)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["columns"] == {"caption": "caption", "image": "image", "automatic": ["caption"]}
+    assert run["columns"] == {
+        "caption": "caption",
+        "image": "image",
+        "references": None,
+        "id": "key",
+        "automatic": ["caption", "id"],
+    }
 
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
@@ -165,7 +171,8 @@ def test_a_column_chosen_automatically_holds_for_every_shard_and_is_recorded(tmp
     _parquet(tmp_path / "in" / "00001.parquet", key=["b"], jpg=[_png(20)], text=["a dark square"])
     result = _run(tmp_path / "in", tmp_path / "out", engine)
     assert "has no caption column 'caption'" in result.summary["failed_shards"]["00001"]  # not read from text
-    chosen = {"caption": "caption", "image": "jpg", "automatic": ["caption", "image"]}
+    chosen = {"caption": "caption", "image": "jpg", "references": None, "id": "key",
+              "automatic": ["caption", "image", "id"]}  # fmt: skip
     assert result.summary["columns"] == chosen
     assert json.loads((tmp_path / "out" / "run.json").read_text())["columns"] == chosen
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["columns"] == chosen
@@ -180,7 +187,13 @@ def test_the_cli_passes_explicit_columns_as_given(tmp_path, capsys):
     args = ["corpus", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--model", MODEL]
     assert main([*args, "--image-column", "image", "--caption-column", "caption"]) == 0
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["columns"] == {"caption": "caption", "image": "image", "automatic": []}
+    assert run["columns"] == {
+        "caption": "caption",
+        "image": "image",
+        "references": None,
+        "id": "key",
+        "automatic": ["id"],
+    }
 
 
 # --- The keys kept, and keys that repeat ---

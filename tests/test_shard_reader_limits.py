@@ -1,5 +1,5 @@
 """The shard reader's limits: a hostile tar or Parquet shard costs work bounded by its size, and a sample that
-cannot be scored is a row naming its key and member, from ``read_shard`` and ``score_shards`` alike; a shard the
+cannot be scored is a row naming its key and member, from ``read_shard`` and ``score_corpus`` alike; a shard the
 reader cannot trust is reported by name while the run goes on."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import tracemalloc
 import pyarrow.parquet as pq
 import pytest
 
-from capeval.corpus.shard_run import score_shards
-from capeval.corpus.shards import MAX_MEMBER_BYTES, ShardReadError, list_shards, read_shard
+from capeval.corpus.reader import read_shard
+from capeval.corpus.run import score_corpus
+from capeval.corpus.shards import MAX_MEMBER_BYTES, ShardReadError, list_shards
 from capeval.corpus.tar_members import MAX_CHAINED_HEADERS, MAX_EXTENDED_HEADER_BYTES
 from capeval.testing.shapes import shapes_clip_path
 from capeval.validation import MAX_REFERENCES
@@ -31,8 +32,8 @@ def _errors(rows):
 
 
 def _score(folder, out, metrics=("clipscore",)):
-    """``score_shards`` on the local engine; returns the summary and the output rows by (shard, index)."""
-    result = score_shards(folder, out, list(metrics), model=MODEL)
+    """``score_corpus`` on the local engine; returns the summary and the output rows by (shard, index)."""
+    result = score_corpus(folder, out, list(metrics), model=MODEL)
     rows = {}
     for f in sorted((out / "scores").glob("*.parquet")):
         for row in pq.read_table(f).to_pylist():
@@ -285,8 +286,10 @@ def test_more_references_than_the_limit_is_an_error_row_on_tars_and_parquet_alik
     assert out[("pq", 0)]["error"] == f"row p has {limit}" and out[("pq", 1)]["error"] is None
 
 
-def test_the_reference_limit_is_the_metrics_and_the_jsonl_corpus_one(tmp_path):
-    from capeval.corpus.items import Columns, to_item
+def test_the_reference_limit_is_the_metrics_and_every_row_sources_one(tmp_path):
+    import json
+
+    from capeval.corpus.reader import open_corpus
     from capeval.validation import check_references
 
     refs = [f"reference {i}" for i in range(MAX_REFERENCES + 1)]
@@ -295,12 +298,13 @@ def test_the_reference_limit_is_the_metrics_and_the_jsonl_corpus_one(tmp_path):
     ):
         check_references([refs], 1)
     assert check_references([refs[:MAX_REFERENCES]], 1) == [refs[:MAX_REFERENCES]]
-    item = to_item(
-        0, {"caption": "a", "image": "x.jpg", "refs": refs}, Columns("caption", "image", "refs", None), True
-    )
-    assert (
-        item.error
-        == f"references ('refs'): {MAX_REFERENCES + 1} references, over the limit of {MAX_REFERENCES} (capeval.validation.MAX_REFERENCES)"
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"caption": "a", "image": "x.jpg", "refs": refs}) + "\n")
+    (shard,) = open_corpus(path, 8).shards
+    (row,) = read_shard(shard, {"caption": "caption", "image": "image", "references": "refs", "id": None})
+    assert row.error == (
+        f"rows.jsonl line 1 has {MAX_REFERENCES + 1} references, over the limit of {MAX_REFERENCES} "
+        "(capeval.validation.MAX_REFERENCES)"
     )
 
 

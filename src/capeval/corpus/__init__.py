@@ -15,7 +15,7 @@ from capeval._lazy import lazy_exports
 
 _PUBLIC = {
     "score_corpus": "capeval.corpus.run",
-    "CorpusResult": "capeval.corpus.run",
+    "CorpusResult": "capeval.corpus.run_plan",
     "CHUNK_SIZE": "capeval.corpus.run",
     "score_distributed": "capeval.corpus.distributed",
     "process_state": "capeval.corpus.distributed",

@@ -73,7 +73,9 @@ def add_corpus_arguments(parser) -> None:
         help="local: processes decoding rows ahead of the model (default: every core beside a GPU, none on the "
         "CPU); ray: actors holding a model (default one per GPU, else 1)",
     )
-    where.add_argument("--ray-address", default=None, help="Ray cluster to join ('auto': the one `ray start` made)")
+    where.add_argument(
+        "--ray-address", default=None, help="Ray cluster to join ('auto': the one `ray start` made)"
+    )
 
 
 def check_fraction(name: str, value: float) -> float:

@@ -40,7 +40,11 @@ def identity_changes(recorded: dict, current: dict) -> list[str]:
     """
     words = {"mtime_ns": "modification time", "sampled_sha256": "content", "sha256": "content"}
     changes = []
-    where = {"path", "folder", "bytes"}  # where a shard lies is not what it holds: a moved shard is the same one
+    where = {
+        "path",
+        "folder",
+        "bytes",
+    }  # where a shard lies is not what it holds: a moved shard is the same one
     for key in sorted((set(recorded) | set(current)) - where):
         before, now = recorded.get(key), current.get(key)
         if before == now:

@@ -8,7 +8,7 @@ process returns the summary.
 
 The cores are shared, not oversubscribed: the model's torch threads take the cores the decoding workers leave
 (``torch_threads``), within the cores this process may run on (its CPU affinity, which a container or
-``taskset`` sets), so that neither waits on the other's threads.
+``taskset`` sets) and the threads torch was given, so that neither waits on the other's threads.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from capeval.corpus.reader import read_shards
 from capeval.corpus.row_batches import DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run_folder import claimed_output
+from capeval.corpus.run_plan import pending_shards, score_pending, summarise
 from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
 
 
@@ -37,8 +38,11 @@ def usable_cores() -> int:
 
 def torch_threads(decode_workers: int, processes: int = 1) -> int:
     """The model's torch threads: this process's share of the usable cores, less one per decoding worker, at
-    least one."""
-    return max(1, usable_cores() // max(1, processes) - decode_workers)
+    least one, and never more than torch was given (``OMP_NUM_THREADS``, ``torch.set_num_threads``)."""
+    import torch
+
+    share = usable_cores() // max(1, processes) - decode_workers
+    return max(1, min(torch.get_num_threads(), share))
 
 
 @contextlib.contextmanager
@@ -80,8 +84,6 @@ def run_local(plan, output: Path, scorer: RowScorer, state):
     """``score_corpus``'s local executor (``plan`` is its ``_Plan``, ``state`` this process's ``process_state``):
     the folder claimed, the pending shards scored here (or shared by the processes of a launch), the run
     summarised."""
-    from capeval.corpus.run import score_pending
-
     if state.num_processes == 1:
         with claimed_output(output, plan.manifest(scorer), remove_stale_temporaries):
             return score_pending(plan, output, scorer, execute_locally)
@@ -103,7 +105,9 @@ def execute_locally(
                 failed[shard.name] = why
             else:
                 scored = score_shard_locally(scorer, rows, plan.batch_size, decode)
-                write_shard_output(output, shard.name, scored, scorer.columns(), plan.embeddings, records[shard.name])
+                write_shard_output(
+                    output, shard.name, scored, scorer.columns(), plan.embeddings, records[shard.name]
+                )
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(rows=bar.format_sizeof(_rows_done(bar, rows)), refresh=False)
@@ -123,7 +127,13 @@ def _progress_bar(progress: bool | None, shards: int):
 
     if progress is False or shards == 0:
         return None
-    return tqdm(total=shards, unit="shard", desc="scoring", dynamic_ncols=True, disable=None if progress is None else False)
+    return tqdm(
+        total=shards,
+        unit="shard",
+        desc="scoring",
+        dynamic_ncols=True,
+        disable=None if progress is None else False,
+    )
 
 
 def _run_in_launch(plan, output: Path, scorer: RowScorer, state):
@@ -132,8 +142,6 @@ def _run_in_launch(plan, output: Path, scorer: RowScorer, state):
     import time
 
     from accelerate.utils import broadcast_object_list, gather_object
-
-    from capeval.corpus.run import pending_shards, summarise
 
     names: list[Any] = [None]
     error = None
@@ -163,7 +171,9 @@ def _run_in_launch(plan, output: Path, scorer: RowScorer, state):
         if state.is_main_process:
             try:
                 seconds = time.perf_counter() - start
-                result[0] = summarise(plan, output, scorer, failures, len(pending), seconds, state.num_processes)
+                result[0] = summarise(
+                    plan, output, scorer, failures, len(pending), seconds, state.num_processes
+                )
             except (ValueError, OSError) as err:
                 error = err
         _raise_if_any_failed(error, state)

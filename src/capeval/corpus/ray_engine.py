@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from capeval.corpus.reader import read_shard
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import write_shard_output
-from capeval.corpus.reader import read_shard
 from capeval.corpus.shards import Shard
 
 CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran

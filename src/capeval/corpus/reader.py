@@ -56,7 +56,9 @@ class Corpus:
     streamed: bool = False
 
 
-def open_corpus(source: Any, chunk_size: int, split: str | None = None, image_column: str | None = None) -> Corpus:
+def open_corpus(
+    source: Any, chunk_size: int, split: str | None = None, image_column: str | None = None
+) -> Corpus:
     """The shards of ``source``.
 
     Args:
@@ -194,12 +196,16 @@ def choose_columns(shards: Sequence[Shard], given: dict[str, str | None]) -> dic
         if names is None:
             continue
         choice["caption"] = pick_column(names, given.get("caption"), CAPTION_COLUMNS, "caption", shard)
-        choice["image"] = pick_column(names, given.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
+        choice["image"] = pick_column(
+            names, given.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard
+        )
         if choice["id"] is None:
             choice["id"] = id_column(names, None)
         if choice["references"] is None and "references" in names:
             choice["references"] = "references"
-        automatic = [f for f in ("caption", "image", "references", "id") if given.get(f) is None]
+        automatic = [
+            f for f in ("caption", "image", "references", "id") if given.get(f) is None and choice[f]
+        ]
         break
     choice["automatic"] = automatic
     return choice
@@ -234,13 +240,17 @@ def _field_names(shard: Shard) -> list[str] | None:
     return None
 
 
-def read_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
+def read_shard(shard: Shard, columns: dict[str, Any] | None = None) -> list[ShardRow]:
     """Every row of ``shard``, in order (an error row for each sample or record that cannot be scored).
+
+    ``columns`` is ``choose_columns``' choice (None: each field chosen from this shard's own).
 
     Raises:
         ShardReadError: the shard cannot be read at all, naming it.
         ValueError: a Parquet shard lacks a chosen column.
     """
+    if columns is None:
+        columns = choose_columns([shard], {})
     if shard.kind in ROW_SOURCE_KINDS:
         try:
             return read_row_shard(shard, columns)

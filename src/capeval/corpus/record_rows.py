@@ -141,9 +141,13 @@ def _row(
     """One record checked into a row: its key (the id field, else its place), caption, image and references, or
     the first problem found."""
     field = id_column(list(record), columns.get("id"))
-    key, problem = (default_key, None) if field is None else key_problem(record[field], f"{where} field {field!r}")
+    key, problem = (
+        (default_key, None) if field is None else key_problem(record[field], f"{where} field {field!r}")
+    )
     if "__error__" in record:
-        return ShardRow(key=key, shard=shard.name, index=index, caption=None, image=None, error=record["__error__"])
+        return ShardRow(
+            key=key, shard=shard.name, index=index, caption=None, image=None, error=record["__error__"]
+        )
     caption_field, image_field = columns.get("caption") or "caption", columns.get("image") or "image"
     caption = record.get(caption_field)
     image = _image(record.get(image_field), base)

@@ -189,7 +189,10 @@ class RowScorer:
             if name in self.reads_references and name not in self.needs_references:
                 # PAC-S scores a row without references (its RefPAC-S is absent): rows with and without them in
                 # two calls, so a row's values never depend on the other rows of its batch.
-                groups = [[i for i in rows if batch["references"][i]], [i for i in rows if not batch["references"][i]]]
+                groups = [
+                    [i for i in rows if batch["references"][i]],
+                    [i for i in rows if not batch["references"][i]],
+                ]
             if id(backbone) not in encoded:  # the metrics of one model share one image encoding
                 emb = encode_images(
                     backbone,

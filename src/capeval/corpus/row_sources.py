@@ -63,7 +63,9 @@ def jsonl_shards(path: Path, chunk_size: int) -> list[Shard]:
             if rows:
                 digest.update(line)
             if rows == chunk_size:
-                shards.append(_byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows))
+                shards.append(
+                    _byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows)
+                )
                 rows = 0
         if rows:
             shards.append(_byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows))
@@ -130,7 +132,9 @@ def csv_shards(path: Path, chunk_size: int) -> list[Shard]:
                 rows += bool(record)  # a blank line is no record
                 if rows == chunk_size:
                     span = (start, lines.offset)
-                    shards.append(_byte_shard(path, "csv", len(shards), span, first, lines.digest, rows, header))
+                    shards.append(
+                        _byte_shard(path, "csv", len(shards), span, first, lines.digest, rows, header)
+                    )
                     start, first, rows = lines.offset, lines.lineno + 1, 0
                     lines.digest = hashlib.sha256()
         except csv.Error as err:
@@ -160,12 +164,22 @@ def image_folder_shards(folder: Path, chunk_size: int) -> list[Shard]:
         for relative in members:
             for file in (folder / relative, (folder / relative).with_suffix(".txt")):
                 st = file.stat() if file.exists() else None
-                digest.update(f"{file.relative_to(folder)}|{st and st.st_size}|{st and st.st_mtime_ns}\n".encode())
-        identity = {"folder": str(folder.resolve()), "images": len(members), "files_sha256": digest.hexdigest()}
+                digest.update(
+                    f"{file.relative_to(folder)}|{st and st.st_size}|{st and st.st_mtime_ns}\n".encode()
+                )
+        identity = {
+            "folder": str(folder.resolve()),
+            "images": len(members),
+            "files_sha256": digest.hexdigest(),
+        }
         shards.append(
             Shard(
-                path=folder, name=_shard_name("images", len(shards)), kind="image_folder",
-                first_row=len(shards) * chunk_size, fields=tuple(members), identity=identity,
+                path=folder,
+                name=_shard_name("images", len(shards)),
+                kind="image_folder",
+                first_row=len(shards) * chunk_size,
+                fields=tuple(members),
+                identity=identity,
             )  # fmt: skip
         )
 
@@ -199,8 +213,13 @@ def dataset_shards(dataset: Any, chunk_size: int, image_column: str | None) -> l
         identity = {"fingerprint": fingerprint, "split": split, "rows": list(span)}
         shards.append(
             Shard(
-                path=None, name=_shard_name(split, n), kind="datasets", span=span, first_row=start,
-                identity=identity, dataset=dataset,
+                path=None,
+                name=_shard_name(split, n),
+                kind="datasets",
+                span=span,
+                first_row=start,
+                identity=identity,
+                dataset=dataset,
             )  # fmt: skip
         )
     return shards
@@ -234,7 +253,9 @@ def empty_files_message(files: list[Path]) -> str:
     sizes = ", ".join(f"{f} ({f.stat().st_size} bytes)" for f in files[:5])
     more = f" and {len(files) - 5} more" if len(files) > 5 else ""
     what = "is empty or holds only blank lines" if len(files) == 1 else "are empty or hold only blank lines"
-    return f"no rows to score: {sizes}{more} {what} (a corpus file holds one row per line, CSV after a header)"
+    return (
+        f"no rows to score: {sizes}{more} {what} (a corpus file holds one row per line, CSV after a header)"
+    )
 
 
 def csv_text(data: bytes) -> io.StringIO:

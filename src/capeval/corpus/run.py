@@ -25,32 +25,21 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from capeval.clip.batching import BATCH_SIZE
-from capeval.corpus.reader import Corpus, choose_columns, open_corpus
+from capeval.corpus.local_executor import run_local
+from capeval.corpus.reader import choose_columns, open_corpus
 from capeval.corpus.row_scoring import RowScorer, check_row_metrics
 from capeval.corpus.run_folder import claimed_output
-from capeval.corpus.shard_outputs import FORMAT, input_record, is_done, remove_stale_temporaries
-from capeval.corpus.shard_summary import summarise_outputs
+from capeval.corpus.run_plan import CorpusResult, RunPlan, score_pending
+from capeval.corpus.shard_outputs import remove_stale_temporaries
 from capeval.diagnostics.run_warnings import summarised_warnings
 
 CHUNK_SIZE = 1024  # rows per shard of a row source: the unit of resumption, of memory and of a Ray read task
 EXECUTORS = ("local", "ray")
-
-
-@dataclass
-class CorpusResult:
-    """Where a corpus run wrote its files, and its summary (also in ``summary.json``)."""
-
-    output_dir: Path
-    scores: Path  # the folder of per-shard Parquet files
-    kept: Path | None
-    summary: dict
 
 
 @summarised_warnings()  # one warning per kind for the whole corpus, not one per shard
@@ -139,15 +128,13 @@ def score_corpus(
         if state.num_processes > 1:
             options["device"] = str(state.device)  # one device per process
     scorer = RowScorer(names, _driver_options(options, executor), embeddings=save_embeddings)
-    plan = _Plan(
+    plan = RunPlan(
         corpus=corpus, executor=executor, columns=columns, chunk_size=chunk_size, batch_size=batch_size,
         embeddings=save_embeddings, key_metric=_threshold_column(scorer, threshold_key),
         cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers, progress=progress,
         ray={**ray_settings, "options": options},
     )  # fmt: skip
     if executor == "local":
-        from capeval.corpus.local_executor import run_local
-
         return run_local(plan, Path(output_dir), scorer, state)
     with claimed_output(Path(output_dir), plan.manifest(scorer), remove_stale_temporaries):
         return score_pending(plan, Path(output_dir), scorer, _run_ray)
@@ -234,82 +221,7 @@ def _threshold_column(scorer: RowScorer, threshold_key: str | None) -> str:
     return key
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """The settings of one run that the steps after the checks need."""
-
-    corpus: Corpus
-    executor: str
-    columns: dict
-    chunk_size: int
-    batch_size: int
-    embeddings: bool
-    key_metric: str
-    cut: dict  # threshold, top_fraction
-    num_workers: int | None  # local: decoding processes; Ray: actors (None: each executor's default)
-    progress: bool | None
-    ray: dict  # the Ray settings and the metric options
-
-    def manifest(self, scorer: RowScorer) -> dict[str, Any]:
-        """The run's ``run.json``: what a resumed run must share (format, metrics and their signatures, the
-        source, the fields read, the shard size of a row source, whether embeddings are written)."""
-        return {
-            "format": FORMAT,
-            "metrics": scorer.metrics,
-            "signatures": scorer.signatures,
-            "source": self.corpus.description,
-            "columns": self.columns,
-            "chunk_size": self.chunk_size,
-            "embeddings": self.embeddings,
-        }
-
-
-def pending_shards(plan: _Plan, output: Path) -> tuple[list, dict[str, dict]]:
-    """The shards whose output is not done (missing, damaged, or from another input), and every shard's input
-    record (``shard_outputs.input_record``, taken before it is read)."""
-    records = {s.name: input_record(s) for s in plan.corpus.shards}
-    pending = [s for s in plan.corpus.shards if not is_done(output, s.name, records[s.name])]
-    return pending, records
-
-
-def score_pending(plan: _Plan, output: Path, scorer: RowScorer, execute, processes: int = 1) -> CorpusResult:
-    """Score the pending shards with ``execute(plan, pending, output, scorer, records)`` (which returns
-    ``{shard: why}`` for the shards it could not read), then summarise."""
-    pending, records = pending_shards(plan, output)
-    start = time.perf_counter()
-    failed = execute(plan, pending, output, scorer, records)
-    return summarise(plan, output, scorer, failed, len(pending), time.perf_counter() - start, processes)
-
-
-def summarise(
-    plan: _Plan, output: Path, scorer: RowScorer, failed: dict[str, str], scored_now: int, seconds: float,
-    processes: int = 1,
-) -> CorpusResult:  # fmt: skip
-    """Write ``summary.json`` (and ``kept.jsonl``) from the shards' outputs.
-
-    Raises:
-        ValueError: not one shard could be read, naming each with why.
-    """
-    shards = plan.corpus.shards
-    if failed and len(failed) == len(shards):
-        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items()))
-        raise ValueError(f"none of the {len(shards)} shard(s) of the corpus could be read ({listed})")
-    written = [s.name for s in shards if s.name not in failed]
-    details = {
-        "executor": plan.executor,
-        "processes": processes,
-        "signatures": scorer.signatures,
-        "columns": plan.columns,
-        "shards_scored_now": scored_now - len(failed),
-    }
-    summary = summarise_outputs(
-        output, written, plan.key_metric, failed_shards=failed, seconds=seconds, details=details, **plan.cut
-    )
-    kept = output / "kept.jsonl" if any(v is not None for v in plan.cut.values()) else None
-    return CorpusResult(output_dir=output, scores=output / "scores", kept=kept, summary=summary)
-
-
-def _run_ray(plan: _Plan, pending: list, output: Path, scorer: RowScorer, records: dict[str, dict]) -> dict:
+def _run_ray(plan: RunPlan, pending: list, output: Path, scorer: RowScorer, records: dict[str, dict]) -> dict:
     from capeval.corpus.ray_engine import run_on_ray
 
     return run_on_ray(

@@ -79,7 +79,9 @@ def claim_output_folder(output: Path) -> None:
 
 
 @contextmanager
-def claimed_output(output: Path, manifest: dict[str, Any], remove_temporaries: Callable[[Path], None]) -> Iterator[Path]:
+def claimed_output(
+    output: Path, manifest: dict[str, Any], remove_temporaries: Callable[[Path], None]
+) -> Iterator[Path]:
     """Hold ``output`` for this run (see the module docstring); ``remove_temporaries`` clears a killed run's
     half-written files once the lock is held (no other run can be writing them).
 

@@ -26,6 +26,7 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,8 +96,12 @@ def write_shard_output(
             matrix = np.asarray(values, dtype=np.float16)[order]
             errors = [rows["error"][i] for i in order]
             # An error row has no embedding: null, never a vector of zeros an index would take as one.
-            arrays.append(pa.array([None if e is not None else m for m, e in zip(matrix, errors, strict=True)],
-                                   type=field.type))
+            arrays.append(
+                pa.array(
+                    [None if e is not None else m for m, e in zip(matrix, errors, strict=True)],
+                    type=field.type,
+                )
+            )
         elif isinstance(values, np.ndarray) and values.dtype != object:
             arrays.append(pa.array(values[order], type=field.type, from_pandas=True))
         else:

@@ -237,7 +237,9 @@ def id_column(columns: Sequence[str], wanted: str | None) -> str | None:
     return next((c for c in KEY_COLUMNS if c in columns), None)
 
 
-def pick_column(columns: Sequence[str], wanted: str | None, choices: Sequence[str], what: str, shard: Shard) -> str:
+def pick_column(
+    columns: Sequence[str], wanted: str | None, choices: Sequence[str], what: str, shard: Shard
+) -> str:
     """``wanted`` when the shard has it, else the first of ``choices`` it has.
 
     Raises:
