@@ -6,7 +6,7 @@ before the next starts, so a run cut short keeps what it measured):
 - ``throughput``: for each (architecture, dtype), images/s of forward passes alone on ready tensors, of the
   decode + pre-process worker pool alone, and of ``encode_images`` from JPEG files; captions/s of forward alone,
   tokenising alone and ``encode_texts``; end to end / the slower limit. Medians of ``--repeats``.
-- ``corpus``: rows/s of the local corpus engine (``score_shards``) on WebDataset shards of 640x480 JPEGs, GPU
+- ``corpus``: rows/s of the local corpus engine (``score_corpus``) on WebDataset shards of 640x480 JPEGs, GPU
   utilisation sampled with nvidia-smi, and its halves apart: decode + resize on one core, scoring prepared rows;
   their ratio is the cores it takes to feed the model.
 - ``model-object``: ``scripts/bench_model_object.py`` on this device (the weights' naming against the forward),
@@ -68,9 +68,10 @@ def corpus_throughput(
     decoding in the scoring process, and with its default decoding workers (one run). Measured first, the two
     halves of its work apart: preparing rows (decode + resize, one CPU core) and scoring prepared batches (the
     model); ``score / prepare`` is the number of decoding cores the model could use."""
+    from capeval.corpus.reader import read_shard
     from capeval.corpus.row_scoring import RowScorer, prepare_rows
-    from capeval.corpus.shard_run import score_shards
-    from capeval.corpus.shards import list_shards, read_shard
+    from capeval.corpus.run import score_corpus
+    from capeval.corpus.shards import list_shards
     from capeval.testing.shapes_shards import write_shapes_shards
 
     source = workdir / f"shards-{shards}x{rows_per_shard}"
@@ -97,7 +98,7 @@ def corpus_throughput(
         out = workdir / f"corpus-out-{dtype}-{label}-{time.time_ns()}"
         with checks.GpuUtilisation() as util:
             start = time.perf_counter()
-            result = score_shards(
+            result = score_corpus(
                 source, out, ["clipscore"], batch_size=batch_size, num_workers=workers, **options
             )
             seconds = time.perf_counter() - start

@@ -20,11 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from capeval.corpus.local_executor import score_shard_locally
 from capeval.corpus.ray_engine import ScoreActor, run_on_ray
+from capeval.corpus.reader import read_shard
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
-from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries
-from capeval.corpus.shard_run import _run_locally
-from capeval.corpus.shards import list_shards, read_shard
+from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
+from capeval.corpus.shards import list_shards
 from capeval.perf.simulated import simulated_backbone
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
@@ -119,14 +120,20 @@ def main() -> None:
         return out
 
     def local(scorer):
-        records = {s.name: input_record(s.path) for s in shards}
-        return lambda: _run_locally(scorer, shards, fresh(), (None, None), args.batch_size, False, records)
+        records = {s.name: input_record(s) for s in shards}
+
+        def run() -> None:  # the local executor's loop, in this process (no decoding workers on a CPU)
+            out = fresh()
+            for shard in shards:
+                scored = score_shard_locally(scorer, read_shard(shard), args.batch_size)
+                write_shard_output(out, shard.name, scored, scorer.columns(), False, records[shard.name])
+
+        return run
 
     def on_ray(workers: int, actor=ScoreActor):
         scorer = RowScorer(METRICS, options)
         return lambda: run_on_ray(
-            shards, fresh(), METRICS, options, records={s.name: input_record(s.path) for s in shards},
-            caption_column=None, image_column=None,
+            shards, fresh(), METRICS, options, records={s.name: input_record(s) for s in shards}, columns={},
             batch_size=args.batch_size, embeddings=False, score_columns=scorer.columns(),
             image_size=scorer.image_size, num_workers=workers, actor_class=actor,
         )  # fmt: skip

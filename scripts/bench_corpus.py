@@ -1,0 +1,108 @@
+"""Rows/s, peak memory and CPU time of ``capeval corpus`` on both executors, at two shard sizes, in one run.
+
+Each run is the command as a user types it (``python -m capeval.cli corpus SHARDS --output DIR --executor X``), in a
+child process whose process tree (the driver, its decoding workers, and with Ray the raylet, the read tasks and
+the actors) is sampled every 50 ms with psutil: the driver's peak RSS, the largest peak RSS of any other process
+of the tree, and the CPU seconds of the whole tree per 1,000 rows. The shards are WebDataset tars of drawn shapes
+(``capeval.testing.shapes_shards``), scored with the shapes CLIP.
+
+    PYTHONPATH=src python scripts/bench_corpus.py                    # 2 shards of 1,000 and of 10,000 samples
+    PYTHONPATH=src python scripts/bench_corpus.py --sizes 200 --repeats 1 --executors local
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from capeval.testing.shapes import shapes_clip_path
+from capeval.testing.shapes_shards import write_shapes_shards
+
+
+def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:
+    """One ``capeval corpus`` run in a child; its wall time, the tree's peak RSS and CPU time."""
+    args = [
+        sys.executable, "-m", "capeval.cli", "corpus", str(source), "--output", str(out),
+        "--model", str(shapes_clip_path()), "--batch-size", str(batch_size), "--executor", executor,
+        "--no-progress",
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.perf_counter()
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    root = psutil.Process(child.pid)
+    peaks: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    while child.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for proc in tree:
+            try:
+                peaks[proc.pid] = max(peaks.get(proc.pid, 0), proc.memory_info().rss)
+                times = proc.cpu_times()
+                cpu[proc.pid] = times.user + times.system
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    output = child.stdout.read().decode(errors="replace")
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        raise RuntimeError(f"capeval corpus ({executor}) failed:\n{output[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    driver = peaks.pop(child.pid, 0)
+    return {
+        "rows": summary["rows"],
+        "rows_per_s": summary["rows"] / seconds,
+        "driver_rss_mib": driver / 2**20,
+        "worker_rss_mib": max(peaks.values(), default=0) / 2**20,
+        "cpu_s_per_1000_rows": 1000 * sum(cpu.values()) / summary["rows"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="samples per shard")
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--executors", nargs="+", default=["local", "ray"])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench_corpus_"))
+    results = []
+    for size in args.sizes:
+        source = work / f"in-{size}"
+        write_shapes_shards(source, args.shards, size, image_size=(64, 64))
+        for executor in args.executors:
+            runs = [
+                run_once(source, work / f"out-{size}-{executor}-{k}", executor, args.batch_size)
+                for k in range(args.repeats)
+            ]
+            row = {"samples_per_shard": size, "executor": executor}
+            row.update({key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "rows"})
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"\n{args.shards} shards per run, 64x64 JPEG, shapes CLIP, batch {args.batch_size}, "
+          f"median of {args.repeats}, {psutil.cpu_count()} cores")  # fmt: skip
+    print(f"{'samples/shard':>13} {'executor':8} {'rows/s':>8} {'driver MiB':>10} {'worker MiB':>10} "
+          f"{'CPU-s/1k rows':>13}")  # fmt: skip
+    for r in results:
+        print(f"{r['samples_per_shard']:>13,} {r['executor']:8} {r['rows_per_s']:8.1f} {r['driver_rss_mib']:10.0f} "
+              f"{r['worker_rss_mib']:10.0f} {r['cpu_s_per_1000_rows']:13.2f}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
