@@ -1,5 +1,6 @@
-"""The local and Ray executors fed the same odd and hostile shards write the same rows: every column of every
-row (key, shard, index, caption, error, scores), the same shards reported unreadable, the same summary.
+"""The local and Ray executors fed the same odd and hostile sources write the same rows: every column of every
+row (key, shard, index, caption, error, scores), the same shards reported unreadable, the same summary. The
+sources are Parquet and WebDataset shards and the row sources cut into shards (JSONL, CSV, a datasets dataset).
 
 Batches of 3 rows cut the shards mid-way, so on Ray one actor call holds the end of one shard, an unreadable
 shard's failure row or the start of the next."""
@@ -67,6 +68,50 @@ def _tar_shards(folder, samples):
     (folder / "00004.tar").write_bytes(b"not a tar" * 100)
 
 
+def _records(folder, samples):
+    """Records a reader could take several ways, as JSON objects: references as one string, references holding a
+    number, an empty and a missing caption, a repeated id, a line that is no JSON, and ordinary ones."""
+    folder.mkdir()
+    records = []
+    for key, sample in samples.items():
+        (folder / f"{key}.jpg").write_bytes(sample["image"])
+        records.append({"id": key, "image": f"{key}.jpg", "caption": sample["caption"],
+                        "references": sample["references"]})  # fmt: skip
+    records[0]["references"] = "a red circle"
+    records[1]["references"] = ["a red circle", 7]
+    records[2]["caption"] = ""
+    del records[3]["caption"]
+    records[5]["id"] = records[4]["id"]
+    return records
+
+
+def _row_sources(root, samples):
+    """The same records as a JSONL file (one line damaged), a CSV file and a datasets dataset whose references
+    are binary on one row."""
+    import csv
+
+    import datasets
+
+    records = _records(root / "rows", samples)
+    lines = [json.dumps(r) for r in records]
+    lines[6] = '{"id": "broken", "caption": '
+    (root / "rows" / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    with open(root / "rows" / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "image", "caption", "references"])
+        for r in records:
+            refs = r["references"] if isinstance(r["references"], str) else json.dumps(r["references"])
+            writer.writerow([r["id"], r["image"], r.get("caption"), refs])
+    rows = [{**r, "image": str(root / "rows" / r["image"]), "caption": r.get("caption"),
+             "references": json.dumps(r["references"]).encode()} for r in records]  # fmt: skip
+    rows[8]["references"] = b"\xff binary"
+    return {"jsonl": root / "rows" / "corpus.jsonl", "csv": root / "rows" / "corpus.csv",
+            "datasets": datasets.Dataset.from_list(rows)}  # fmt: skip
+
+
+ROW_SOURCES = ("jsonl", "csv", "datasets")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Each source scored by both executors: ``{source: (local result, ray result)}``."""
@@ -78,14 +123,16 @@ def runs(tmp_path_factory):
     _tar_shards(root / "tars", samples)
     if not ray.is_initialized():  # conftest's local_ray, which is per test: here Ray serves the module's runs
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    sources = {"parquet": root / "parquet", "tars": root / "tars", **_row_sources(root, samples)}
     results = {}
-    for source in ("parquet", "tars"):
+    for source, given in sources.items():
         pair = []
         for engine in ("local", "ray"):
-            # The tars' repeated key is warned of once per run, by both executors.
-            with pytest.warns(DuplicateKeyWarning) if source == "tars" else contextlib.nullcontext():
-                pair.append(score_corpus(root / source, root / f"{source}-{engine}", METRICS, model=MODEL,
-                                         batch_size=BATCH, executor=engine))  # fmt: skip
+            # A repeated key is warned of once per run, by both executors.
+            repeated = source in ("tars", *ROW_SOURCES)
+            with pytest.warns(DuplicateKeyWarning) if repeated else contextlib.nullcontext():
+                pair.append(score_corpus(given, root / f"{source}-{engine}", METRICS, model=MODEL,
+                                         batch_size=BATCH, chunk_size=5, executor=engine))  # fmt: skip
         results[source] = tuple(pair)
     return results
 
@@ -163,3 +210,43 @@ def test_both_executors_report_the_same_unreadable_shards_and_summary(runs, sour
         assert remote.summary[field] == local.summary[field], field
     for metric, mean in local.summary["mean"].items():
         assert remote.summary["mean"][metric] == pytest.approx(mean, abs=1e-6)
+
+
+@pytest.mark.parametrize("source", ROW_SOURCES)
+def test_row_sources_with_odd_records_give_equal_rows_on_both_executors(runs, source):
+    local, remote = runs[source]
+    _assert_equal_rows(local, remote)
+    for field in ("rows", "scored", "errors", "error_kinds", "shards", "duplicate_keys"):
+        assert remote.summary[field] == local.summary[field], field
+    rows = [r for t in _rows(remote).values() for r in zip(t["key"], t["error"], strict=True)]
+    errors = [e for _, e in rows]
+    assert len(rows) == 12 and remote.summary["shards"] == 3  # shards of 5, 5 and 2 rows
+    where = {"jsonl": "corpus.jsonl line {}", "csv": "corpus.csv line {}", "datasets": "row {}"}[source]
+    line = (lambda i: i + 1) if source == "jsonl" else (lambda i: i + 2) if source == "csv" else (lambda i: i)
+    if source == "datasets":  # its references are JSON text in bytes: refused as binary, whatever they hold
+        assert (
+            errors[0]
+            == f"{where.format(0)} has references stored as binary (14 bytes), not a list of strings"
+        )
+    elif source == "csv":  # a CSV references cell holds a JSON list: one bare string is no JSON
+        assert (
+            errors[0].startswith("the 'references' field of corpus.csv line 2 ") and "JSON list" in errors[0]
+        )
+    else:
+        assert (
+            errors[0]
+            == "corpus.jsonl line 1 has references given as one string ('a red circle'), not a list "
+            "of strings"
+        )
+    if source != "datasets":
+        assert (
+            errors[1]
+            == f"{where.format(line(1))} has references that are not all text: reference 1 is int (7)"
+        )
+    if source != "datasets":
+        assert errors[2] == f"{where.format(line(2))} has an empty caption in field 'caption'"
+        assert errors[3] == f"{where.format(line(3))} has no caption in field 'caption'"
+    if source == "jsonl":
+        assert errors[6].startswith("corpus.jsonl line 7") and "JSON" in errors[6]
+    assert rows[4][0] == rows[5][0]  # a repeated id is kept on both rows, and reported in the summary
+    assert remote.summary["duplicate_keys"]["count"] >= 1

@@ -64,9 +64,7 @@ def _assert_equal_to_local(root, out):
                 # most one float16 step (2**-11 near 0.1) apart.
                 assert [v is None for v in b[column]] == [v is None for v in a[column]]
                 held = [i for i, v in enumerate(a[column]) if v is not None]
-                np.testing.assert_allclose(
-                    np.stack(b[column][held]), np.stack(a[column][held]), atol=1e-3
-                )
+                np.testing.assert_allclose(np.stack(b[column][held]), np.stack(a[column][held]), atol=1e-3)
 
 
 def _run_on_ray(folder, out, metrics, batch_size, actor_class, num_workers=1, embeddings=False):
