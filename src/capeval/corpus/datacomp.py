@@ -8,9 +8,10 @@ sorted (NumPy orders such pairs by the first field, then the second), saved with
 
 ``resharder.py`` loads that file (``load_subset``: the ``.npy`` magic, then ``np.load(mmap_mode="r")`` and a dtype
 check), and for each input sample reads ``uid`` from its ``.json``, splits ``int(uid, 16)`` into the same pair,
-and counts its matches with two ``np.searchsorted`` calls: an unsorted array would silently miss samples. A sample
-is written as many times as its pair appears (``<uid>-0``, ``<uid>-1``, ...), so a pair listed twice writes the
-sample twice; here each uid is written once.
+and counts its matches with two ``np.searchsorted`` calls, so the array must be sorted: given the same 13 uids in
+reverse order, the resharder wrote one sample 13 times and no other, without an error (its own count check saw 13
+outputs for 13 uids). A sample is written as many times as its pair appears (``<uid>-0``, ``<uid>-1``, ...), so a
+pair listed twice writes the sample twice; here each uid is written once.
 
 Two samples with one uid cannot be told apart by the resharder: listing the uid selects both. ``ResharderSubset``
 names the uids that several kept keys share; a kept and a dropped sample that share one cannot be seen from the
