@@ -223,7 +223,7 @@ def test_a_stats_file_over_the_size_limit_is_not_read(img2dataset_run, tmp_path,
     monkeypatch.setattr(download_records, "MAX_STATS_BYTES", 100)
     stats = read_shard_stats(_copy_shard(img2dataset_run.webdataset, "00000", tmp_path))
     assert not stats.complete
-    assert "(limit 100); it is not read" in stats.reason
+    assert "00000_stats.json is over 100 bytes; it is not read" in stats.reason
 
 
 def test_stats_counting_urls_recorded_nowhere_leave_the_shard_complete_with_them_counted(

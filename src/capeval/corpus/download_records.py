@@ -130,13 +130,12 @@ def read_shard_stats(shard_path: str | os.PathLike, records: DownloadRecords | N
             f"{path} is missing: img2dataset writes it when the shard is finished, so this shard may hold only "
             "part of its samples (an interrupted download; img2dataset's incremental mode downloads it again)",
         )
-    size = path.stat().st_size
-    if size > MAX_STATS_BYTES:
-        return ShardStats(
-            path, False, f"{path} is {size:,} bytes (limit {MAX_STATS_BYTES:,}); it is not read"
-        )
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_STATS_BYTES + 1)  # bounded even if the file grows after a size check
+    if len(data) > MAX_STATS_BYTES:
+        return ShardStats(path, False, f"{path} is over {MAX_STATS_BYTES:,} bytes; it is not read")
     try:
-        stats = parse_json(path.read_bytes(), f"the stats file {path}")
+        stats = parse_json(data, f"the stats file {path}")
     except InputFileError as err:
         return ShardStats(path, False, str(err))
     counts, problem = _counts(stats, path)
