@@ -13,6 +13,13 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # for the same reason (torchvision, timm).
 "${PIP[@]}" --no-deps -c constraints.txt "open_clip_torch==3.3.0"
 
+# img2dataset, in a virtualenv of its own (it pins pandas<3, webdataset<0.3, albumentations<2): the tests run its
+# command line to write real WebDataset and Parquet shards (tests/img2dataset_runs.py).
+PYTHON=${PYTHON:-python3}
+[ -x .venv-img2dataset/bin/python ] || "$PYTHON" -m venv .venv-img2dataset
+.venv-img2dataset/bin/python -m pip install -q --disable-pip-version-check \
+    -c constraints-img2dataset.txt "img2dataset==1.47.0"
+
 # Debian's Chromium and ChromeDriver for the browser tests of the Spaces, and a Java runtime for the
 # pycocoevalcap baselines (PTB tokenizer, METEOR) of the benchmark tests.
 missing=()

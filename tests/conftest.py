@@ -80,3 +80,17 @@ def local_ray():
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return ray
+
+
+@pytest.fixture(scope="session")
+def img2dataset_run(tmp_path_factory):
+    """A small site downloaded by the real img2dataset 1.47.0 into WebDataset and Parquet output (about 10 s);
+    ``tests/img2dataset_runs.py`` says what the site holds."""
+    import img2dataset_runs
+
+    if not img2dataset_runs.COMMAND.exists():
+        pytest.skip(
+            f"{img2dataset_runs.COMMAND} is missing: scripts/test.sh makes the virtualenv .venv-img2dataset "
+            "with img2dataset 1.47.0"
+        )
+    return img2dataset_runs.download(tmp_path_factory.mktemp("img2dataset"))

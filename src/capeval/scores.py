@@ -1,7 +1,7 @@
 """Score formulas on embeddings: pure tensor/numpy maths, no I/O, no models.
 
-CLIP-S, the reference-based harmonic mean (RefCLIP-S, RefPAC-S) and WEmbSim's cosines of mean word
-embeddings. Every function returns one value per candidate, so the metric modules, the CLI, the Trainer
+The plain image-caption cosine, CLIP-S, the reference-based harmonic mean (RefCLIP-S, RefPAC-S) and WEmbSim's
+cosines of mean word embeddings. Every function returns one value per candidate, so the metric modules, the CLI, the Trainer
 hooks and the benchmarks all share one implementation. (EMScore's matching: ``capeval.emscore_matching``.)
 """
 
@@ -16,8 +16,32 @@ W_PAC_S = 2.0  # Sarto et al. 2023, sec. 4: the rescaling weight of PAC-S
 WEMBSIM_ABSOLUTE_COSINE = True
 
 
+def raw_cosine(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+    """cos(c, v) row by row: the plain cosine, neither rescaled (no w) nor clipped at 0, in [-1, 1].
+
+    The number web-data filters threshold, computed on the caption as written (no prompt such as CLIP-S's
+    "A photo depicts"): LAION-400M kept pairs whose OpenAI CLIP ViT-B/32 cosine was at least 0.3 (its release
+    notes, 2021) and LAION-5B's English part those at least 0.28 (Schuhmann et al. 2022). DataComp's metadata
+    holds it as ``clip_b32_similarity_score`` and ``clip_l14_similarity_score`` (OpenAI ViT-B/32 and ViT-L/14),
+    which its baselines threshold or cut at a top fraction (mlfoundations/datacomp ``baselines/apply_filter.py``;
+    its ``laion2b`` baseline keeps B/32 scores of at least 0.28).
+
+    Args:
+        image_emb (torch.Tensor): (N, D), L2-normalised.
+        text_emb (torch.Tensor): (N, D), L2-normalised; row i is the caption of image i.
+
+    Returns:
+        torch.Tensor: (N,) float32.
+    """
+    if image_emb.shape != text_emb.shape:
+        raise ValueError(
+            f"image embeddings {tuple(image_emb.shape)} and text embeddings {tuple(text_emb.shape)} differ"
+        )
+    return (image_emb.float() * text_emb.float()).sum(dim=-1)
+
+
 def clip_s(image_emb: torch.Tensor, text_emb: torch.Tensor, w: float = W_CLIP_S) -> torch.Tensor:
-    """CLIP-S(c, v) = w * max(cos(c, v), 0), row by row.
+    """CLIP-S(c, v) = w * max(cos(c, v), 0), row by row (``raw_cosine`` rescaled and clipped).
 
     Args:
         image_emb (torch.Tensor): (N, D), L2-normalised.
@@ -27,12 +51,7 @@ def clip_s(image_emb: torch.Tensor, text_emb: torch.Tensor, w: float = W_CLIP_S)
     Returns:
         torch.Tensor: (N,) float32.
     """
-    if image_emb.shape != text_emb.shape:
-        raise ValueError(
-            f"image embeddings {tuple(image_emb.shape)} and text embeddings {tuple(text_emb.shape)} differ"
-        )
-    cos = (image_emb.float() * text_emb.float()).sum(dim=-1)
-    return w * cos.clamp(min=0)
+    return w * raw_cosine(image_emb, text_emb).clamp(min=0)
 
 
 def best_reference_cosine(
