@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh test,spaces,video,bench,ray,torchmetrics
+scripts/setup.sh test,spaces,video,bench,ray,torchmetrics,remote
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.
@@ -12,6 +12,9 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # open_clip's own tokenizer (tokenizer.py and its BPE file, loaded by path) for the OpenCLIP-file tests; --no-deps
 # for the same reason (torchvision, timm).
 "${PIP[@]}" --no-deps -c constraints.txt "open_clip_torch==3.3.0"
+# embedding-reader (what autofaiss and clip-retrieval read embeddings with) reads the clip-retrieval layout back in
+# its test; --no-deps: it caps pandas<3, which would downgrade pandas 3 (its reader works with pandas 3, tested).
+"${PIP[@]}" --no-deps -c constraints.txt "embedding-reader==1.8.1"
 
 # img2dataset, in a virtualenv of its own (it pins pandas<3, webdataset<0.3, albumentations<2): the tests run its
 # command line to write real WebDataset and Parquet shards (tests/img2dataset_runs.py).

@@ -12,11 +12,15 @@ refuses, by row:
 
 A refused cell reads as null and its row's problem is kept in ``problems`` (row index -> why, the key left
 to the caller), for the row's error; the other cells and rows are read as usual. A row group pyarrow cannot decode is refused the same way.
+
+A Parquet file is read from a path or from an open binary file that can seek (an fsspec file): its footer is at its
+end and its row groups are read where the footer says, so a stream that cannot seek (a pipe) is refused.
 """
 
 from __future__ import annotations
 
 import os
+from typing import BinaryIO
 
 import numpy as np
 
@@ -34,14 +38,23 @@ class CheckedParquet:
     ``column_names`` and ``schema`` are the file's (from its footer); ``column(name)`` reads one column as a
     ``pyarrow.ChunkedArray`` of the file's type, refused cells null; ``problems`` collects the refused rows.
 
+    ``source`` is a path or a binary file object open for reading that can seek; a file object is left open (its
+    owner closes it) and must stay open while columns are read.
+
     Raises:
+        ValueError: ``source`` is a file object that cannot seek.
         Exception: pyarrow's own errors when the footer cannot be read (the caller reports the shard).
     """
 
-    def __init__(self, path: str | os.PathLike, max_cell_bytes: int) -> None:
+    def __init__(self, source: str | os.PathLike | BinaryIO, max_cell_bytes: int) -> None:
         import pyarrow.parquet as pq
 
-        dense = pq.ParquetFile(path)
+        if not isinstance(source, (str, os.PathLike)) and not _can_seek(source):
+            raise ValueError(
+                f"a Parquet file is read where its footer says, so it needs a file that can seek; got "
+                f"{type(source).__name__}, a stream that cannot (a pipe: gives one: name the file itself)"
+            )
+        dense = pq.ParquetFile(source)
         self.metadata = dense.metadata
         self.schema = dense.schema_arrow
         self.column_names = self.schema.names
@@ -51,7 +64,7 @@ class CheckedParquet:
         columns = [self.metadata.schema.column(j) for j in range(self.metadata.num_columns)]
         byte_arrays = [c.path for c in columns if c.physical_type == "BYTE_ARRAY"]
         # Text and bytes come back dictionary-encoded: a value the file repeats is held once until it is checked.
-        self._file = pq.ParquetFile(path, metadata=self.metadata, read_dictionary=byte_arrays)
+        self._file = pq.ParquetFile(source, metadata=self.metadata, read_dictionary=byte_arrays)
         self._leaves = _leaf_columns(self.schema, [c.path for c in columns])
 
     def column(self, name: str):
@@ -97,6 +110,13 @@ class CheckedParquet:
                 f"its cell in column {name!r} is {int(sizes[row]):,} bytes (limit {self.max_cell_bytes:,})",
             )
         return (_null_where(dense, over) if over.any() else dense).chunks, None
+
+
+def _can_seek(fh) -> bool:
+    try:
+        return bool(fh.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _null_where(array, mask: np.ndarray):

@@ -17,6 +17,15 @@ as the method a subclass overrides to process members its own way), which refuse
   more than ``MAX_CHAINED_HEADERS`` extended headers before one member (``tarfile`` recurses once per header).
 
 After such a refusal nothing more of the file is read: its positions can no longer be trusted.
+
+A tar is read from a path, from an open file that can seek (an fsspec file: its size is known, every check above
+holds), or from a stream that cannot (a ``pipe:`` command's output), read forward once through
+``capeval.corpus.forward_stream``. A stream's size is unknown until its end, so where a file's size bounds a claim,
+``max_member_bytes`` bounds it on a stream: a member (or a non-file member whose data ``tarfile`` would skip)
+claiming more ends the tar at its header, since skipping it would mean reading that many bytes with nothing to say
+they are there; an extended header is still refused over ``MAX_EXTENDED_HEADER_BYTES``; a member cut short by the
+stream's end ends the tar as a truncated file does; and after the end of the archive at most
+``MAX_STREAM_TAIL_BYTES`` are read to look for data behind it (a file is read to its end).
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ import tarfile
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+from capeval.corpus.forward_stream import ForwardStream
 
 # PAX (x, g) and GNU long-name (L, K) headers: a path of PATH_MAX (4,096 bytes) with its link target and times
 # needs under 9 KiB; 64 KiB bounds what tarfile parses per header (its PAX parser is quadratic, below).
@@ -38,6 +50,11 @@ MAX_PAX_DIGIT_RUN = 64
 # Extended headers before one member: a global header, a PAX header and GNU's long name and long link make 4;
 # tarfile reads each chained header by recursion, so 400 of them (400 KB) raised RecursionError.
 MAX_CHAINED_HEADERS = 8
+# After the end of a tar read from a stream: writers pad to a record (GNU tar: 10 KiB of zeros); a stream is not
+# read further than this to look for members behind a damaged header.
+MAX_STREAM_TAIL_BYTES = 1024 * 1024
+# Kept behind the position of a stream, for the steps back of the checks here: an extended header read twice.
+_STREAM_KEEP_BYTES = 2 * MAX_EXTENDED_HEADER_BYTES
 _EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 _LONG_NAMES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 _DIGIT_RUN = re.compile(rb"[0-9]{%d}" % (MAX_PAX_DIGIT_RUN + 1))
@@ -110,7 +127,7 @@ class _CheckedMember(tarfile.TarInfo):
             raise TarRefusal(f"{where} is header {depth + 1} in a row (limit {MAX_CHAINED_HEADERS})", None)
         if not 0 <= self.size <= MAX_EXTENDED_HEADER_BYTES:
             raise TarRefusal(f"{where} is {self.size} bytes (limit {MAX_EXTENDED_HEADER_BYTES})", None)
-        if self.size > archive.file_bytes - archive.fileobj.tell():
+        if archive.file_bytes is not None and self.size > archive.file_bytes - archive.fileobj.tell():
             raise TarRefusal(f"{where} claims {self.size} bytes past the end of the file", None)
         if self.type in _EXTENDED:
             start = archive.fileobj.tell()
@@ -175,6 +192,14 @@ def _check_claims(member: tarfile.TarInfo, archive) -> None:
         raise TarRefusal(_sparse(member.name, f"PAX {', '.join(sparse)}"), member.name)
     if not (member.isreg() or member.type not in tarfile.SUPPORTED_TYPES):
         return  # tarfile reads no data for folders and links, whatever their size field says
+    if archive.file_bytes is None:  # a stream: its size is unknown, the member limit bounds a skip
+        if not 0 <= member.size <= archive.max_member_bytes:
+            raise TarRefusal(
+                f"tar member {member.name} claims {member.size} bytes (limit {archive.max_member_bytes}) in a "
+                "stream whose size is unknown: it is not skipped, and nothing after it is read",
+                member.name,
+            )
+        return
     left = archive.file_bytes - member.offset_data
     if not 0 <= member.size <= left:
         raise TarRefusal(
@@ -187,16 +212,22 @@ def _check_claims(member: tarfile.TarInfo, archive) -> None:
 class _ShardTar(tarfile.TarFile):
     tarinfo = _CheckedMember
 
-    def __init__(self, *args, file_bytes: int, **kwargs) -> None:
-        self.file_bytes = file_bytes  # set first: TarFile.__init__ reads the first header
+    def __init__(self, *args, file_bytes: int | None, max_member_bytes: int, **kwargs) -> None:
+        # Set first: TarFile.__init__ reads the first header. file_bytes is where the file ends (None: a stream).
+        self.file_bytes = file_bytes
+        self.max_member_bytes = max_member_bytes
         self.header_depth = 0
         super().__init__(*args, **kwargs)
 
 
 def tar_samples(
-    path: str | os.PathLike, wanted: Collection[str], max_member_bytes: int
+    source: str | os.PathLike | BinaryIO, wanted: Collection[str], max_member_bytes: int
 ) -> Iterator[TarSample]:
-    """The samples of the tar at ``path``, in order, with the bytes of the ``wanted`` extensions.
+    """The samples of the tar at ``source``, in order, with the bytes of the ``wanted`` extensions.
+
+    ``source`` is a path, or a binary file object open for reading at the tar's first byte: one that can seek
+    (an fsspec file) is read as a file, one that cannot (a pipe) as a stream (the module's docstring says what
+    changes). A file object is left open: its owner closes it.
 
     A member over ``max_member_bytes``, one that is not a file, or one whose name leaves the shard gives its
     sample a ``problem`` and is not read. A refused header that names its member ends the tar with a last sample
@@ -206,45 +237,72 @@ def tar_samples(
     Raises:
         TarUnreadable: the file is no tar, or is damaged before any sample, or a refused header names no member.
     """
+    if isinstance(source, (str, os.PathLike)):
+        with open(Path(source), "rb") as fh:
+            yield from _samples(fh, os.fstat(fh.fileno()).st_size, wanted, max_member_bytes)
+        return
+    if _can_seek(source):
+        start = source.tell()
+        end = source.seek(0, os.SEEK_END)
+        source.seek(start)
+        yield from _samples(source, end, wanted, max_member_bytes)
+    else:
+        yield from _samples(ForwardStream(source, _STREAM_KEEP_BYTES), None, wanted, max_member_bytes)
+
+
+def _can_seek(fh) -> bool:
+    try:
+        return bool(fh.seekable())
+    except (AttributeError, OSError, ValueError):  # no seekable(), or a closed or odd object: read it forward
+        return False
+
+
+def _samples(
+    fh, file_bytes: int | None, wanted: Collection[str], max_member_bytes: int
+) -> Iterator[TarSample]:
+    """``tar_samples`` on an open file whose end is at ``file_bytes`` (None: a stream read forward)."""
     current: TarSample | None = None
-    with open(Path(path), "rb") as fh:
-        try:
-            archive = _ShardTar(fileobj=fh, mode="r", file_bytes=os.fstat(fh.fileno()).st_size)
-            while (member := archive.next()) is not None:
-                archive.members.clear()  # a stream: no member is looked up again
-                if member.isdir():
-                    continue  # a folder is no field of any sample
-                key, ext = member_key(member.name)
-                if current is None or key != current.key:
-                    if current is not None:
-                        yield current
-                    current = TarSample(key)
-                if not _add(current, archive, member, ext, wanted, max_member_bytes):
-                    break
-            else:
-                _check_tail(fh, archive.offset, current)
-        except TarRefusal as err:
-            if err.member is None:
-                raise TarUnreadable(f"{err}; the tar is not read") from err
-            key = member_key(err.member)[0]
-            if current is not None and current.key != key:
-                yield current
-                current = None
-            current = current or TarSample(key)
-            current.refuse(str(err))
-        except (tarfile.TarError, OSError, EOFError) as err:
-            if current is None:
-                raise TarUnreadable(str(err)) from err
-            current.refuse(f"tar ends inside a member ({err})")
+    try:
+        archive = _ShardTar(fileobj=fh, mode="r", file_bytes=file_bytes, max_member_bytes=max_member_bytes)
+        while (member := archive.next()) is not None:
+            archive.members.clear()  # a stream: no member is looked up again
+            if member.isdir():
+                continue  # a folder is no field of any sample
+            key, ext = member_key(member.name)
+            if current is None or key != current.key:
+                if current is not None:
+                    yield current
+                current = TarSample(key)
+            if not _add(current, archive, member, ext, wanted, max_member_bytes):
+                break
+        else:
+            tail = None if file_bytes is not None else MAX_STREAM_TAIL_BYTES
+            _check_tail(fh, archive.offset, current, tail)
+    except TarRefusal as err:
+        if err.member is None:
+            raise TarUnreadable(f"{err}; the tar is not read") from err
+        key = member_key(err.member)[0]
+        if current is not None and current.key != key:
+            yield current
+            current = None
+        current = current or TarSample(key)
+        current.refuse(str(err))
+    except (tarfile.TarError, OSError, EOFError) as err:
+        if current is None:
+            raise TarUnreadable(str(err)) from err
+        current.refuse(f"tar ends inside a member ({err})")
     if current is not None:
         yield current
 
 
-def _check_tail(fh, offset: int, last: TarSample | None) -> None:
+def _check_tail(fh, offset: int, last: TarSample | None, limit: int | None) -> None:
     """tarfile ends a tar at the first block that is no valid header; the end of a tar is zeros only, so data
-    after that block means a damaged header, and the members behind it are not read: said, never silent."""
+    after that block means a damaged header, and the members behind it are not read: said, never silent.
+    ``limit``: bytes read after ``offset`` at most (None: to the end)."""
     fh.seek(offset)
-    while chunk := fh.read(1 << 20):
+    left = limit
+    while (left is None or left > 0) and (chunk := fh.read(1 << 20 if left is None else min(left, 1 << 20))):
+        left = None if left is None else left - len(chunk)
         data = chunk.lstrip(b"\0")
         if data:
             where = fh.tell() - len(data)
