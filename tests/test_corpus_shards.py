@@ -353,11 +353,11 @@ def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
     from types import SimpleNamespace
 
     from capeval.corpus.reader import open_corpus
-    from capeval.corpus.run import _Plan
+    from capeval.corpus.run_plan import RunPlan
     from capeval.corpus.shard_outputs import FORMAT
 
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=2)
-    plan = _Plan(
+    plan = RunPlan(
         corpus=open_corpus(tmp_path / "in", 8), executor="local", columns={"caption": "txt", "image": "jpg"},
         chunk_size=8, batch_size=4, embeddings=True, key_metric="clipscore", cut={}, num_workers=None,
         progress=False, ray={},

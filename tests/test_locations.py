@@ -9,8 +9,8 @@ import uuid
 import fsspec
 import pytest
 
-from capeval.corpus.file_identity import file_identity
-from capeval.corpus.location_kinds import LocalShard, LocationError, PipeShard, RemoteShard, identity_changes
+from capeval.corpus.file_identity import file_identity, identity_changes
+from capeval.corpus.location_kinds import LocalShard, LocationError, PipeShard, RemoteShard
 from capeval.corpus.locations import list_file_locations, list_locations, names_shards
 from capeval.corpus.tar_members import tar_samples
 from tests import hostile_shards as H

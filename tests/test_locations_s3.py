@@ -10,7 +10,8 @@ import pickle
 
 import pytest
 
-from capeval.corpus.location_kinds import LocationError, RemoteShard, identity_changes
+from capeval.corpus.file_identity import identity_changes
+from capeval.corpus.location_kinds import LocationError, RemoteShard
 from capeval.corpus.locations import list_locations
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.tar_members import tar_samples

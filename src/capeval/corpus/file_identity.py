@@ -33,24 +33,32 @@ def file_identity(path: str | os.PathLike) -> dict[str, int | str]:
 
 
 def identity_changes(recorded: dict, current: dict) -> list[str]:
-    """What differs between two identities, in words (``["size 120 -> 240 bytes", "content"]``); empty when equal.
+    """What differs between two identities of a shard, in words (``["size 120 -> 240 bytes", "content"]``); empty
+    when equal.
 
-    Identities are ``file_identity``'s, or a row-source shard's (``capeval.corpus.row_sources``): any other entry
-    that differs is named by its key.
+    Identities are ``file_identity``'s, a remote file's or a command's (``capeval.corpus.location_kinds``: size
+    and ETag, modification time or checksum; the command), or a row-source shard's (``capeval.corpus.row_sources``).
+    Where a shard lies (path, folder, URL, byte offsets) is not what it holds, so a moved shard is the same one;
+    a filesystem that now checks another way (``checked_by``) is reported only when nothing else differs.
     """
-    words = {"mtime_ns": "modification time", "sampled_sha256": "content", "sha256": "content"}
+    words = {
+        "mtime_ns": "modification time",
+        "sampled_sha256": "content",
+        "sha256": "content",
+        "command": "command",
+    }
+    valued = {"size": "size", "rows": "rows", "images": "images", "etag": "ETag", "mtime": "modification time",
+              "checksum": "checksum"}  # fmt: skip
+    where = {"path", "folder", "bytes", "url", "checked_by"}
     changes = []
-    where = {
-        "path",
-        "folder",
-        "bytes",
-    }  # where a shard lies is not what it holds: a moved shard is the same one
-    for key in sorted((set(recorded) | set(current)) - where):
+    for key in sorted((set(recorded) | set(current)) - where, key=lambda k: (k not in valued, k)):
         before, now = recorded.get(key), current.get(key)
         if before == now:
             continue
-        if key in ("size", "rows", "images"):
-            changes.append(f"{key} {before} -> {now}")
+        if key in valued:
+            changes.append(f"{valued[key]} {before} -> {now}" + (" bytes" if key == "size" else ""))
         else:
             changes.append(words.get(key, key))
+    if not changes and recorded.get("checked_by") != current.get("checked_by"):
+        changes.append(f"checked by {recorded.get('checked_by')} -> {current.get('checked_by')}")
     return changes

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from capeval.corpus.file_identity import file_identity
-from capeval.corpus.file_identity import identity_changes as file_identity_changes
 
 PIPE_PREFIX = "pipe:"
 KINDS = {".tar": "webdataset", ".parquet": "parquet"}
@@ -44,7 +43,7 @@ class ShardLocation:
         raise NotImplementedError
 
     def identity(self) -> dict[str, Any]:
-        """What a shard's output records of its input, for ``identity_changes`` on a rerun."""
+        """What a shard's output records of its input, for ``file_identity.identity_changes`` on a rerun."""
         raise NotImplementedError
 
 
@@ -109,27 +108,6 @@ class PipeShard(ShardLocation):
             "command": self.command,
             "checked_by": "nothing: a command's output cannot be checked without running it",
         }
-
-
-def identity_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """What differs between two identities of a location, in words; empty when equal.
-
-    A local file's words are ``capeval.corpus.file_identity.identity_changes``'s; a remote one adds its ETag,
-    modification time or checksum, and a change of ``checked_by`` (the filesystem now reports something else).
-    """
-    changes = []
-    if "sampled_sha256" in recorded or "sampled_sha256" in current:
-        changes += file_identity_changes(dict(recorded), dict(current))
-    elif recorded.get("size") != current.get("size"):
-        changes.append(f"size {recorded.get('size')} -> {current.get('size')} bytes")
-    for key, words in (("etag", "ETag"), ("mtime", "modification time"), ("checksum", "checksum")):
-        if recorded.get(key) != current.get(key):
-            changes.append(f"{words} {recorded.get(key)} -> {current.get(key)}")
-    if recorded.get("command") != current.get("command"):
-        changes.append("command")
-    if recorded.get("checked_by") != current.get("checked_by") and not changes:
-        changes.append(f"checked by {recorded.get('checked_by')} -> {current.get('checked_by')}")
-    return changes
 
 
 def refuse_pipe_name(name: str, found_by: str) -> None:

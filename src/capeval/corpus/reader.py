@@ -217,7 +217,8 @@ def _field_names(shard: Shard) -> list[str] | None:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_schema(shard.path).names
+            with shard.open() as fh:
+                return pq.read_schema(fh).names
         except Exception:  # pyarrow's errors for a damaged file are several types: the engines report it
             return None
     if shard.kind == "csv":

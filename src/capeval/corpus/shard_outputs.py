@@ -68,6 +68,10 @@ def input_record(shard) -> dict:
     ``file_identity``."""
     if shard.identity is not None:
         return dict(shard.identity)
+    if (
+        shard.location is not None
+    ):  # a local file as below; a remote one by size and ETag; a command by itself
+        return shard.location.identity()
     return {"path": str(Path(shard.path).resolve()), **file_identity(shard.path)}
 
 

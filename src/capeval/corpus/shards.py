@@ -18,13 +18,13 @@ engines report per shard before going on.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.locations import list_locations, names_shards
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import caption_problem, key_problem, references_problem, sidecar_references
 from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
@@ -58,6 +58,8 @@ class Shard:
         identity: what the output records of its input (row sources: made when listed; file shards: None,
             ``capeval.corpus.file_identity`` when the run starts).
         dataset: the ``datasets`` dataset (``datasets`` shards).
+        location: where a file shard lives (``capeval.corpus.location_kinds``: a local file, an fsspec URL, a
+            ``pipe:`` command).
     """
 
     path: Path | None
@@ -68,6 +70,16 @@ class Shard:
     fields: tuple[str, ...] = ()
     identity: dict | None = field(default=None, compare=False, hash=False)
     dataset: Any = field(default=None, compare=False, hash=False, repr=False)
+    location: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """The shard as a user names it: its path, URL or command."""
+        return str(self.path) if self.path is not None else self.location.url if self.location else self.name
+
+    def open(self):
+        """The shard's bytes (a file, a remote file, a command's output); the caller closes it."""
+        return self.location.open() if self.location is not None else open(self.path, "rb")
 
 
 @dataclass
@@ -83,64 +95,27 @@ class ShardRow:
     references: list[str] | None = None  # a tar sample's .json "references", a Parquet "references" column
 
 
-def _shard(path: Path) -> Shard:
-    kind = "webdataset" if path.suffix == ".tar" else "parquet"
-    return Shard(path=path, name=path.stem, kind=kind)
-
-
 def is_shard_source(source) -> bool:
-    """Whether ``source`` names shards: a ``.tar``/``.parquet`` file, a folder holding them, a glob, a list."""
-    if isinstance(source, (list, tuple)):
-        return bool(source) and all(is_shard_source(s) for s in source)
-    if not isinstance(source, (str, os.PathLike)):
-        return False
-    path = Path(source)
-    if path.is_file():
-        return path.suffix in (".tar", ".parquet")
-    if path.is_dir():
-        return any(path.glob("*.tar")) or (
-            any(path.glob("*.parquet"))
-            and not any(path.glob("*.jsonl"))
-            and not (path / "state.json").exists()
-        )
-    matches = glob.glob(os.fspath(source)) if any(ch in os.fspath(source) for ch in "*?[") else []
-    return bool(matches) and all(m.endswith((".tar", ".parquet")) for m in matches)
+    """Whether ``source`` names shards (``capeval.corpus.locations.names_shards``): a ``.tar``/``.parquet`` file, a
+    folder holding them, a glob or brace pattern, an fsspec URL, a ``pipe:`` command, a list of them."""
+    return names_shards(source)
 
 
-def list_shards(source: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Shard]:
-    """The shards of ``source``, sorted by path: a folder, a glob, a file, or a list of files.
+def list_shards(
+    source: str | os.PathLike | Sequence[str | os.PathLike], allow_pipe: bool = True
+) -> list[Shard]:
+    """The shards of ``source``, sorted by URL (``capeval.corpus.locations.list_locations``).
+
+    Args:
+        allow_pipe: accept ``pipe:CMD`` given as ``source`` itself (never from a list file or a listing).
 
     Raises:
-        ValueError: nothing to read, naming what the folder holds.
+        LocationError (a ValueError): nothing to read, naming the pattern and what was found.
     """
-    if isinstance(source, (list, tuple)):
-        paths = [Path(p) for p in source]
-    elif Path(source).is_dir():
-        folder = Path(source)
-        tars = sorted(folder.glob("*.tar"))
-        # Beside tars, NNNNN.parquet is img2dataset's metadata of NNNNN.tar, not a shard.
-        paths = tars or sorted(folder.glob("*.parquet"))
-        if not paths:
-            found = sorted({p.suffix or p.name for p in folder.iterdir()})
-            raise ValueError(f"{folder} holds no .tar or .parquet shard (found: {found or 'nothing'})")
-    elif Path(source).exists():
-        paths = [Path(source)]
-    else:
-        paths = [Path(p) for p in sorted(glob.glob(os.fspath(source)))]
-        if not paths:
-            raise ValueError(f"no shard matches {os.fspath(source)!r}")
-    shards = []
-    for path in sorted(paths):
-        if path.suffix not in (".tar", ".parquet"):
-            raise ValueError(f"{path} is not a shard: expected a .tar (WebDataset) or .parquet file")
-        if not path.is_file():
-            raise ValueError(f"shard {path} does not exist or is not a regular file")
-        shards.append(_shard(path))
-    names = [s.name for s in shards]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"shards must have distinct file names (each names its output file): {twice} repeat")
-    return shards
+    return [
+        Shard(path=location.path, name=location.name, kind=location.kind, location=location)
+        for location in list_locations(source, allow_pipe=allow_pipe)
+    ]
 
 
 def read_file_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
@@ -163,9 +138,12 @@ def read_file_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
 def _read_tar(shard: Shard) -> Iterator[ShardRow]:
     wanted = (*IMAGE_EXTENSIONS, CAPTION_EXTENSION, "json")
     try:
-        samples = list(tar_samples(shard.path, wanted, MAX_MEMBER_BYTES))
+        with shard.open() as fh:
+            samples = list(tar_samples(fh, wanted, MAX_MEMBER_BYTES))
     except TarUnreadable as err:
-        raise ShardReadError(f"shard {shard.path} is not a readable tar file: {err}") from err
+        raise ShardReadError(f"shard {shard.where} is not a readable tar file: {err}") from err
+    except OSError as err:  # a file gone, a remote read or a pipe: command that failed
+        raise ShardReadError(f"shard {shard.where} cannot be read: {err}") from err
     rows_of_key: dict[str, list[int]] = {}
     for index, sample in enumerate(samples):
         rows_of_key.setdefault(sample.key, []).append(index)
@@ -248,22 +226,31 @@ def pick_column(
     if wanted is not None:
         if wanted not in columns:
             raise ValueError(
-                f"shard {shard.path or shard.name} has no {what} column {wanted!r}; its columns: {list(columns)}"
+                f"shard {shard.where} has no {what} column {wanted!r}; its columns: {list(columns)}"
             )
         return wanted
     found = next((c for c in choices if c in columns), None)
     if found is None:
         raise ValueError(
-            f"shard {shard.path or shard.name} has no {what} column (looked for {list(choices)}); its columns: {list(columns)}"
+            f"shard {shard.where} has no {what} column (looked for {list(choices)}); its columns: {list(columns)}"
         )
     return found
 
 
 def _read_parquet(shard: Shard, chosen: dict[str, Any]) -> Iterator[ShardRow]:
     try:
-        table = CheckedParquet(shard.path, MAX_MEMBER_BYTES)  # columns read when asked, sizes checked first
+        fh = shard.open()
+    except OSError as err:
+        raise ShardReadError(f"shard {shard.where} cannot be read: {err}") from err
+    with fh:  # open until every column is read
+        yield from _parquet_rows(shard, chosen, fh)
+
+
+def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow]:
+    try:
+        table = CheckedParquet(fh, MAX_MEMBER_BYTES)  # columns read when asked, sizes checked first
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family for damaged files
-        raise ShardReadError(f"shard {shard.path} is not a readable Parquet file: {err}") from err
+        raise ShardReadError(f"shard {shard.where} is not a readable Parquet file: {err}") from err
     columns = table.column_names
     caption_col = pick_column(columns, chosen.get("caption"), CAPTION_COLUMNS, "caption", shard)
     image_col = pick_column(columns, chosen.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
@@ -275,14 +262,20 @@ def _read_parquet(shard: Shard, chosen: dict[str, Any]) -> Iterator[ShardRow]:
         table.column(key_col).to_pylist() if key_col else [f"{shard.name}/{i}" for i in range(len(captions))]
     )
     refs = table.column(refs_col).to_pylist() if refs_col in columns else [None] * len(captions)
-    base = shard.path.parent
+    base = shard.path.parent if shard.path is not None else None
     for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
         key, problem = key_problem(key, f"row {index} of column {key_col!r}")
         where = f"row {key if key is not None else index}"
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
         if isinstance(image, str) and not os.path.isabs(image):
-            image = str(base / image)  # paths are relative to the shard, as in a JSONL corpus
+            if base is None and problem is None:  # a remote shard has no folder to read a relative path in
+                problem = (
+                    f"{where} names its image by a relative path ({image!r:.80}) in a shard at {shard.where}"
+                )
+            image = (
+                str(base / image) if base is not None else None
+            )  # relative to the shard, as in a JSONL corpus
         if problem is None and (image is None or image == b""):
             problem = f"{where} has no image in column {image_col!r}"
         problem = problem or caption_problem(caption, where, f" in column {caption_col!r}")
