@@ -320,7 +320,7 @@ def test_pacscore_scores_rows_without_references_and_counts_each_mean(corpus, tm
     result = score_corpus(mixed, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), batch_size=4)
     got = read_scores(tmp_path / "out")
     assert got[0]["refpacscore"] is None and got[0]["error"] is None and got[4]["refpacscore"] is not None
-    assert result.summary["score_counts"] == {"pacscore": 21, "refpacscore": 17}
+    assert result.summary["score_counts"] == {"pacscore": 21, "refpacscore": 17, "raw_cosine": 21}
     plain = capeval.PACScore(checkpoint=str(tiny_clip_dir))(
         [rows[i]["caption"] for i in (4, 5)],
         references=[rows[i]["references"] for i in (4, 5)],
@@ -358,3 +358,23 @@ def test_progress_bar_counts_shards_and_rows(corpus, tmp_path, tiny_clip_dir, ca
     score_corpus(corpus, tmp_path / "out", model=str(tiny_clip_dir), chunk_size=6, progress=True)
     err = capsys.readouterr().err
     assert "4/4" in err and "shard/s" in err and "rows=23" in err
+
+
+# --- raw_cosine: the number web-data filters threshold ---
+
+
+def test_raw_cosine_is_the_plain_cosine_of_image_and_caption_without_prompt(corpus, tmp_path, tiny_clip_dir):
+    from capeval.clip.backbones import load_backbone
+    from capeval.clip.image_encoding import encode_images
+    from capeval.clip.text_encoding import encode_texts
+
+    score_corpus(corpus, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), chunk_size=10)
+    rows = read_scores(tmp_path / "out")
+    source = read_jsonl(corpus)
+    good = [i for i in range(23) if i not in (3, 7)]
+    backbone = load_backbone(str(tiny_clip_dir))
+    images = encode_images(backbone, [str(corpus.parent / source[i]["image"]) for i in good])
+    texts = encode_texts(backbone, [source[i]["caption"] for i in good], prefix="")
+    cosines = (images * texts).sum(dim=1).tolist()
+    assert [rows[i]["raw_cosine"] for i in good] == pytest.approx(cosines, abs=1e-6)
+    assert rows[3]["raw_cosine"] is None  # an error row has none

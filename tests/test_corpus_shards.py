@@ -262,6 +262,7 @@ def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, cap
         "clipscore",
         "refclipscore",
         "clip_s",
+        "raw_cosine",
         "error",
     ]
     # score_corpus takes shards too, and the same files come out

@@ -113,8 +113,13 @@ def test_the_local_engine_writes_the_same_scores_with_decoding_workers(tmp_path)
         tables[workers] = [pq.read_table(f).to_pylist() for f in sorted((out / "scores").glob("*.parquet"))]
     # The same rows, errors included; the model's torch threads give way to the workers (other thread counts
     # round matrix products differently): the scores are equal up to float rounding.
-    plain = [[{k: v for k, v in r.items() if k != "clipscore"} for r in t] for t in tables[None]]
-    assert [[{k: v for k, v in r.items() if k != "clipscore"} for r in t] for t in tables[2]] == plain
-    scores = [[r["clipscore"] or 0.0 for r in t] for t in tables[2]]
-    assert scores == [pytest.approx([r["clipscore"] or 0.0 for r in t], abs=1e-5) for t in tables[None]]
+    scores = ("clipscore", "raw_cosine")
+
+    def fields(t):
+        return [[{k: v for k, v in r.items() if k not in scores} for r in shard] for shard in t]
+
+    assert fields(tables[2]) == fields(tables[None])
+    for column in scores:
+        got = [[r[column] or 0.0 for r in shard] for shard in tables[2]]
+        assert got == [pytest.approx([r[column] or 0.0 for r in shard], abs=1e-5) for shard in tables[None]]
     assert sum(len(t) for t in tables[2]) == 80

@@ -148,11 +148,12 @@ class RowScorer:
         return {name: scorer.signature for name, scorer in self.scorers.items()}
 
     def columns(self) -> list[str]:
-        """The score columns this scorer writes, in order (each metric's headline and its ``row_columns``)."""
+        """The score columns this scorer writes, in order: each metric's headline and its ``row_columns``, then
+        ``raw_cosine`` (the first metric's model's plain cosine, the number LAION and DataComp threshold)."""
         names: list[str] = []
         for name in self.metrics:
             names += [name, *self._row_columns[name]]
-        return list(dict.fromkeys(names))
+        return [*dict.fromkeys(names), "raw_cosine"]
 
     def _optional_columns(self) -> set[str]:
         """Columns a row may lack (NaN) without error: those a metric writes only for rows with references."""
@@ -163,63 +164,100 @@ class RowScorer:
 
         Returns:
             dict: the batch's ``key``, ``shard``, ``index``, ``caption``, ``error``, one float64 (N,) array per
-            score column, and with ``embeddings`` the (N, D) float16 ``image_embedding``/``text_embedding``.
+            score column (``raw_cosine`` last), and with ``embeddings`` the (N, D) float16
+            ``image_embedding``/``text_embedding`` (zeros on error rows, which the writer stores as null).
         """
-        import torch
-
-        from capeval.clip.image_encoding import encode_images
-
         n = len(batch["key"])
         errors = list(batch["error"])
         live = [i for i in range(n) if errors[i] is None]
-        out: dict[str, Any] = {k: batch[k] for k in ("key", "shard", "index", "caption")}
         columns = {c: np.full(n, np.nan) for c in self.columns()}
-        encoded: dict[int, torch.Tensor] = {}
-        image_emb = text_emb = None
+        images: dict[
+            int, dict[int, Any]
+        ] = {}  # per backbone: row -> image embedding (one encoding per model)
+        first_texts: dict[int, Any] = {}  # row -> the first metric's caption embedding
         for name, scorer in self.scorers.items():
             rows = [i for i in live if errors[i] is None]
             if name in self.needs_references:
                 for i in rows:
                     errors[i] = _references_problem(batch["key"][i], batch["references"][i], name)
                 rows = [i for i in rows if errors[i] is None]
-            if not rows:
-                continue
-            backbone = scorer.backbone
-            groups = [rows]
-            if name in self.reads_references and name not in self.needs_references:
-                # PAC-S scores a row without references (its RefPAC-S is absent): rows with and without them in
-                # two calls, so a row's values never depend on the other rows of its batch.
-                groups = [
-                    [i for i in rows if batch["references"][i]],
-                    [i for i in rows if not batch["references"][i]],
-                ]
-            if id(backbone) not in encoded:  # the metrics of one model share one image encoding
-                emb = encode_images(
-                    backbone,
-                    list(batch["pixels"][live]),
-                    batch_size=max(1, len(live)),
-                    num_workers=1,
-                    progress=False,
-                    reader="threads",
-                )
-                encoded[id(backbone)] = dict(zip(live, emb, strict=True))
-            for group in (g for g in groups if g):
-                vectors = torch.stack([encoded[id(backbone)][i] for i in group])
-                refs = [batch["references"][i] for i in group]
-                references = refs if name in self.reads_references and all(refs) else None
-                captions, references = scorer.checked_inputs([batch["caption"][i] for i in group], references)
-                # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
-                caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
-                result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
-                for field, values in per_row_fields(name, result, len(group)).items():
-                    if field in columns:
-                        columns[field][group] = values
-                if self.embeddings and name == self.metrics[0]:
-                    if image_emb is None:
-                        image_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
-                        text_emb = np.zeros((n, backbone.embed_dim), dtype=np.float16)
-                    image_emb[group] = vectors.numpy().astype(np.float16)
-                    text_emb[group] = caption_emb.cpu().numpy().astype(np.float16)
+            if rows:
+                texts = self._score_metric(name, scorer, batch, live, rows, columns, images)
+                if name == self.metrics[0]:
+                    first_texts = texts
+        self._raw_cosine(batch, [i for i in live if errors[i] is None], columns, images, first_texts)
+        self._refuse_non_finite(live, errors, columns)
+        out: dict[str, Any] = {k: batch[k] for k in ("key", "shard", "index", "caption")}
+        out.update(columns)
+        out["error"] = errors
+        if self.embeddings:
+            first = self.scorers[self.metrics[0]].backbone
+            out["image_embedding"] = np.zeros((n, first.embed_dim), np.float16)
+            out["text_embedding"] = np.zeros((n, first.embed_dim), np.float16)
+            for i, emb in first_texts.items():
+                if errors[i] is None:
+                    out["image_embedding"][i] = images[id(first)][i].numpy().astype(np.float16)
+                    out["text_embedding"][i] = emb.cpu().numpy().astype(np.float16)
+        return out
+
+    def _score_metric(self, name, scorer, batch, live, rows, columns, images) -> dict[int, Any]:
+        """One metric's columns for ``rows`` (images encoded once per backbone, for every live row); returns each
+        row's caption embedding."""
+        import torch
+
+        from capeval.clip.image_encoding import encode_images
+
+        backbone = scorer.backbone
+        if id(backbone) not in images:
+            emb = encode_images(backbone, list(batch["pixels"][live]), batch_size=max(1, len(live)),
+                                num_workers=1, progress=False, reader="threads")  # fmt: skip
+            images[id(backbone)] = dict(zip(live, emb, strict=True))
+        groups = [rows]
+        if name in self.reads_references and name not in self.needs_references:
+            # PAC-S scores a row without references (its RefPAC-S is absent): rows with and without them in two
+            # calls, so a row's values never depend on the other rows of its batch.
+            groups = [
+                [i for i in rows if batch["references"][i]],
+                [i for i in rows if not batch["references"][i]],
+            ]
+        texts: dict[int, Any] = {}
+        for group in (g for g in groups if g):
+            vectors = torch.stack([images[id(backbone)][i] for i in group])
+            refs = [batch["references"][i] for i in group]
+            references = refs if name in self.reads_references and all(refs) else None
+            captions, references = scorer.checked_inputs([batch["caption"][i] for i in group], references)
+            # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
+            caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
+            result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
+            for field, values in per_row_fields(name, result, len(group)).items():
+                if field in columns:
+                    columns[field][group] = values
+            texts.update(zip(group, caption_emb, strict=True))
+        return texts
+
+    def _raw_cosine(self, batch, rows, columns, images, first_texts) -> None:
+        """``raw_cosine``: the first metric's model's cosine of each image and its caption as written (no prompt,
+        no w, no clipping; ``capeval.scores.raw_cosine``); its caption embeddings are reused when it has no prompt."""
+        import torch
+
+        from capeval.clip.text_encoding import encode_texts
+        from capeval.scores import raw_cosine
+
+        rows = [i for i in rows if i in first_texts]
+        if not rows:
+            return
+        first = self.scorers[self.metrics[0]]
+        if not first.prefix:
+            texts = torch.stack([first_texts[i] for i in rows])
+        else:
+            captions = [batch["caption"][i] for i in rows]
+            texts = encode_texts(first.backbone, captions, prefix="", batch_size=len(rows), progress=False)
+        image = torch.stack([images[id(first.backbone)][i] for i in rows])
+        columns["raw_cosine"][rows] = raw_cosine(image, texts.to(image.device)).cpu().numpy()
+
+    def _refuse_non_finite(self, live, errors, columns) -> None:
+        """A row whose score came out NaN or infinite (a model that overflows) is an error row; every column of an
+        error row is NaN."""
         optional = self._optional_columns()
         for i in live:
             bad = {
@@ -234,10 +272,3 @@ class RowScorer:
             if error is not None:
                 for values in columns.values():
                     values[i] = np.nan
-        out.update(columns)
-        out["error"] = errors
-        if self.embeddings:
-            dim = next(iter(self.scorers.values())).backbone.embed_dim
-            out["image_embedding"] = image_emb if image_emb is not None else np.zeros((n, dim), np.float16)
-            out["text_embedding"] = text_emb if text_emb is not None else np.zeros((n, dim), np.float16)
-        return out
