@@ -259,6 +259,12 @@ def test_cli_scores_shards_with_several_metrics_and_a_top_fraction(tmp_path, cap
         "shard",
         "index",
         "caption",
+        "uid",
+        "url",
+        "width",
+        "height",
+        "original_width",
+        "original_height",
         "clipscore",
         "refclipscore",
         "clip_s",
@@ -361,7 +367,7 @@ def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
     plan = RunPlan(
         corpus=open_corpus(tmp_path / "in", 8), executor="local", columns={"caption": "txt", "image": "jpg"},
         chunk_size=8, batch_size=4, embeddings=True, key_metric="clipscore", cut={}, num_workers=None,
-        progress=False, ray={},
+        progress=False, ray={}, exports={},
     )  # fmt: skip
     scorer = SimpleNamespace(metrics=["clipscore"], signatures={"clipscore": "clipscore|model=m"})
     assert plan.manifest(scorer) == {

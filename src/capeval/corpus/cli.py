@@ -64,6 +64,18 @@ def add_corpus_arguments(parser) -> None:
     group.add_argument(
         "--save-embeddings", action="store_true", help="also write float16 image and caption embeddings"
     )
+    group.add_argument(
+        "--resharder-subset",
+        action="store_true",
+        help="also write OUTPUT/kept_uids.npy: the kept rows' img2dataset uids for DataComp's resharder.py "
+        "--subset-file (needs --threshold or --top-fraction)",
+    )
+    group.add_argument(
+        "--embedding-layout",
+        action="store_true",
+        help="also write OUTPUT/embeddings/ in clip-retrieval's layout (img_emb/, text_emb/, metadata/) for "
+        "autofaiss and embedding-reader (implies --save-embeddings)",
+    )
     where = parser.add_argument_group("executors")
     where.add_argument("--executor", default="local", choices=EXECUTORS, help="where shards are scored")
     where.add_argument(
@@ -113,6 +125,8 @@ def corpus_command(args) -> int:
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         save_embeddings=args.save_embeddings,
+        resharder_subset=args.resharder_subset,
+        embedding_layout=args.embedding_layout,
         progress=False if args.no_progress else None,
         ray={"address": args.ray_address} if args.executor == "ray" else None,
         model=args.model,
@@ -133,8 +147,27 @@ def corpus_command(args) -> int:
         print(f"{s['errors']} row(s) not scored ({s['error_kinds']}): see the error column", file=sys.stderr)
     for shard, why in s["failed_shards"].items():
         print(f"shard {shard} not read: {why}", file=sys.stderr)
+    downloads = s.get("downloads")
+    if downloads:
+        by_status = "; ".join(
+            f"{status}: " + ", ".join(f"{message or '(no message)'} x{n}" for message, n in messages.items())
+            for status, messages in downloads["failed_by_status"].items()
+        )
+        if downloads["failed"]:
+            print(
+                f"img2dataset could not download {downloads['failed']} sample(s) ({by_status})",
+                file=sys.stderr,
+            )
+        for shard, why in downloads["incomplete_shards"].items():
+            print(f"shard {shard} may be incomplete: {why}", file=sys.stderr)
     if "kept" in s:
         print(f"kept {s['kept']} row(s) with {s['key_metric']} >= {s['threshold']:.4f}: {s['kept_file']}")
+    if "resharder_subset" in s:
+        print(
+            f"DataComp resharder subset: {s['resharder_subset']['file']} ({s['resharder_subset']['uids']} uids)"
+        )
+    if "embedding_layout" in s:
+        print(f"clip-retrieval embedding layout: {s['embedding_layout']}")
     for name, signature in s["signatures"].items():
         print(f"signature ({name}): {signature}")
     print(f"scores: {result.scores}  summary: {result.output_dir / 'summary.json'}")

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from capeval.corpus.parquet_cells import CheckedParquet
-from capeval.corpus.row_checks import key_problem
+from capeval.corpus.row_checks import ORIGIN_SIZE_FIELDS, ORIGIN_TEXT_FIELDS, key_problem, origin_fields
 from capeval.json_files import InputFileError, parse_json
 
 STATUSES = ("success", "failed_to_download", "failed_to_resize")  # img2dataset's values of ``status``
-SIZE_FIELDS = ("width", "height", "original_width", "original_height")
-TEXT_FIELDS = ("uid", "url")
+SIZE_FIELDS = ORIGIN_SIZE_FIELDS
+TEXT_FIELDS = ORIGIN_TEXT_FIELDS
 COUNT_FIELDS = ("count", "successes", "failed_to_download", "failed_to_resize")
 MAX_STATS_BYTES = 32 * 1024**2  # status_dict holds at most 10**5 messages (img2dataset's CappedCounter)
 MAX_RECORD_CELL_BYTES = 1024**2  # a URL, uid or error message; a larger cell is refused by row
@@ -270,8 +270,8 @@ def _add_row(
         problem = f"{where} repeats the key of row {seen[key]}"
     if problem is None and status not in STATUSES:
         problem = f"{where} has status {status!r:.60}, not one of {list(STATUSES)}"
-    for name in SIZE_FIELDS:
-        problem = problem or _size_problem(row.get(name), name, where)
+    if problem is None:
+        problem = origin_fields({name: row.get(name) for name in SIZE_FIELDS}, where)[1]
     if problem is not None:
         records.problems.append(problem)
         return
@@ -283,16 +283,11 @@ def _add_row(
         records.failed.append(FailedDownload(key, status, row.get("error_message"), origin.url, origin.uid))
 
 
-def _size_problem(value: Any, name: str, where: str) -> str | None:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return None
-    return f"{where} has {name} = {value!r:.60}, not a size in pixels"
-
-
 def sidecar_origin(
     metadata: Any, key: str, member: str | None = None
 ) -> tuple[SampleOrigin | None, str | None]:
-    """The origin fields of one sample's ``.json`` sidecar (already parsed), type-checked.
+    """The origin fields of one sample's ``.json`` sidecar (already parsed), type-checked
+    (``capeval.corpus.row_checks.origin_fields``, the check every reader applies).
 
     Args:
         metadata: the parsed sidecar (``capeval.json_files.parse_json`` of the member's bytes).
@@ -310,15 +305,10 @@ def sidecar_origin(
     own = metadata.get("key")
     if own is not None and own != key:
         return None, f"{where} names the key {own!r:.60}, not {key!r}"
-    for name in TEXT_FIELDS:
-        value = metadata.get(name)
-        if value is not None and not isinstance(value, str):
-            return None, f"{where} has a {name} of type {type(value).__name__} ({value!r:.60}), not text"
-    for name in SIZE_FIELDS:
-        problem = _size_problem(metadata.get(name), name, where)
-        if problem:
-            return None, problem
-    return SampleOrigin(key, **{name: metadata.get(name) for name in (*TEXT_FIELDS, *SIZE_FIELDS)}), None
+    fields, problem = origin_fields(metadata, where)
+    if problem:
+        return None, problem
+    return SampleOrigin(key, **(fields or {})), None
 
 
 def failure_counts(failed: Iterable[FailedDownload]) -> dict[str, dict[str, int]]:
@@ -332,3 +322,44 @@ def failure_counts(failed: Iterable[FailedDownload]) -> dict[str, dict[str, int]
     for failure in failed:
         counts.setdefault(failure.status, Counter())[failure.error_message or ""] += 1
     return {status: dict(c.most_common()) for status, c in sorted(counts.items())}
+
+
+def downloads_summary(shards: Iterable[Any]) -> dict[str, Any] | None:
+    """What img2dataset recorded of a run's shards (its ``NNNNN.parquet`` and ``NNNNN_stats.json`` beside each
+    local shard): the failed downloads by status and message, the shards it did not finish, and the records that
+    could not be read. None when no shard has img2dataset's records.
+
+    Args:
+        shards: the run's ``capeval.corpus.shards.Shard``s (only local WebDataset and Parquet shards have records).
+    """
+    failed: list[FailedDownload] = []
+    incomplete: dict[str, str] = {}
+    problems: list[str] = []
+    found = False
+    for shard in shards:
+        if shard.kind not in ("webdataset", "parquet") or shard.path is None:
+            continue
+        parquet, stats = record_paths(shard.path)
+        if not stats.exists() and (shard.kind == "parquet" or not parquet.exists()):
+            continue  # not img2dataset's output (a Parquet shard's records are itself: its stats say it is)
+        found = True
+        records = None
+        if parquet.exists():
+            try:
+                records = read_download_records(shard.path)
+            except DownloadRecordsError as err:
+                problems.append(str(err))
+        if records is not None:
+            failed += records.failed
+            problems += records.problems
+        verdict = read_shard_stats(shard.path, records)
+        if not verdict.complete:
+            incomplete[shard.name] = verdict.reason or "incomplete"
+    if not found:
+        return None
+    return {
+        "failed": len(failed),
+        "failed_by_status": failure_counts(failed),
+        "incomplete_shards": dict(sorted(incomplete.items())),
+        "unreadable_records": problems[:10],
+    }

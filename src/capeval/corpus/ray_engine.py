@@ -95,7 +95,7 @@ def _text(values) -> np.ndarray:
     return column
 
 
-_TEXT_COLUMNS = ("key", "shard", "caption", "references", "error", "failure")
+_TEXT_COLUMNS = ("key", "shard", "caption", "references", "origin", "error", "failure")
 
 
 def _received(column) -> list[str | None]:
@@ -111,6 +111,7 @@ def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
         "index": np.array([-1], dtype=np.int64),
         "caption": _text([None]),
         "references": _text([None]),
+        "origin": _text([None]),
         "error": _text([failure]),
         "pixels": np.zeros((1, size, size, 3), dtype=np.uint8),
         "shard_rows": np.array([0], dtype=np.int64),
@@ -124,6 +125,9 @@ def _to_ray(prepared: dict[str, Any], shard_rows: int) -> dict[str, Any]:
     # Lists of references are ragged: carried as JSON text so every block has the same column types. The
     # reader has made them lists of strings (capeval.corpus.row_checks), or None.
     out["references"] = _text([None if r is None else json.dumps(r) for r in prepared["references"]])
+    out["origin"] = _text(
+        [None if o is None else json.dumps(o) for o in prepared["origin"]]
+    )  # dicts: as text
     out["index"] = prepared["index"]
     out["pixels"] = prepared["pixels"]
     out["shard_rows"] = np.full(n, shard_rows, dtype=np.int64)
@@ -145,7 +149,8 @@ class ScoreActor:
         out = self._placeholders(batch, len(failure))
         if real.any():
             prepared = {
-                k: list(_text(_received(batch[k]))[real]) for k in ("key", "shard", "caption", "error")
+                k: list(_text(_received(batch[k]))[real])
+                for k in ("key", "shard", "caption", "origin", "error")
             }
             references = _text(_received(batch["references"]))[real]
             prepared["references"] = [None if r is None else json.loads(r) for r in references]
@@ -160,7 +165,9 @@ class ScoreActor:
     def _placeholders(self, batch: dict[str, np.ndarray], n: int) -> dict[str, Any]:
         """Every output column of ``n`` rows as a failure placeholder passes through: its key, shard, index,
         caption and error as read, NaN scores, zero embeddings; the scored rows are written over them."""
-        out: dict[str, Any] = {k: _text(_received(batch[k])) for k in ("key", "shard", "caption", "error")}
+        out: dict[str, Any] = {
+            k: _text(_received(batch[k])) for k in ("key", "shard", "caption", "origin", "error")
+        }
         out["index"] = np.array(batch["index"], dtype=np.int64)
         for column in self.scorer.columns():
             out[column] = np.full(n, np.nan)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.row_checks import caption_problem, key_problem, references_problem
+from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
 from capeval.corpus.row_sources import csv_dialect, csv_text
 from capeval.corpus.shards import Shard, ShardRow, id_column
 from capeval.json_files import InputFileError, parse_json
@@ -157,9 +157,10 @@ def _row(
         problem = f"{where} has an image of type {type(image).__name__} in field {image_field!r}"
     problem = problem or caption_problem(caption, where, f" in field {caption_field!r}")
     references, refs_issue = references_problem(record.get(columns.get("references") or "references"), where)
+    origin, origin_issue = origin_fields(record, where)
     return ShardRow(
         key=key, shard=shard.name, index=index, caption=caption if isinstance(caption, str) else None,
-        image=image, error=problem or refs_issue, references=references,
+        image=image, error=problem or refs_issue or origin_issue, references=references, origin=origin,
     )  # fmt: skip
 
 

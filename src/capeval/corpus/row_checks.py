@@ -87,13 +87,47 @@ def references_problem(references: Any, where: str) -> tuple[list[str] | None, s
     return list(references), None
 
 
-def sidecar_references(metadata: bytes, where: str, member: str) -> tuple[list[str] | None, str | None]:
-    """The ``references`` of a sample's ``.json`` sidecar (img2dataset's have none), read by capeval's one JSON
-    reader (duplicate keys, deep nesting and other encodings refused), and checked as ``references_problem``."""
+ORIGIN_TEXT_FIELDS = (
+    "uid",
+    "url",
+)  # img2dataset's .json / parquet (uid with --save_additional_columns '["uid"]')
+ORIGIN_SIZE_FIELDS = ("width", "height", "original_width", "original_height")
+ORIGIN_FIELDS = (*ORIGIN_TEXT_FIELDS, *ORIGIN_SIZE_FIELDS)
+
+
+def origin_fields(record: Any, where: str) -> tuple[dict[str, Any] | None, str | None]:
+    """Where a sample came from, as img2dataset records it (``uid``, ``url``, written and original sizes), passed
+    through to the outputs: ``(fields, None)`` (None when the record has none of them), or ``(None, why)`` for a
+    uid or url that is not text, or a size that is not a non-negative integer, naming the field."""
+    if not isinstance(record, dict) or not any(record.get(name) is not None for name in ORIGIN_FIELDS):
+        return None, None
+    for name in ORIGIN_TEXT_FIELDS:
+        value = record.get(name)
+        if value is not None and not isinstance(value, str):
+            return None, f"{where} has a {name} of type {type(value).__name__} ({value!r:.60}), not text"
+    for name in ORIGIN_SIZE_FIELDS:
+        value = record.get(name)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return None, f"{where} has {name} = {value!r:.60}, not a size in pixels"
+    return {name: record.get(name) for name in ORIGIN_FIELDS}, None
+
+
+def read_sidecar(metadata: bytes, where: str, member: str) -> tuple[dict | None, str | None]:
+    """A sample's ``.json`` sidecar as an object, read by capeval's one JSON reader (duplicate keys, deep nesting
+    and other encodings refused), or why it cannot be."""
     try:
         value = parse_json(metadata, f"the sidecar {member} of {where}")
     except InputFileError as err:
         return None, str(err)
     if not isinstance(value, dict):
         return None, f"the sidecar {member} of {where} is a JSON {type(value).__name__}, not an object"
+    return value, None
+
+
+def sidecar_references(metadata: bytes, where: str, member: str) -> tuple[list[str] | None, str | None]:
+    """The ``references`` of a sample's ``.json`` sidecar (img2dataset's have none), checked as
+    ``references_problem``."""
+    value, problem = read_sidecar(metadata, where, member)
+    if problem:
+        return None, problem
     return references_problem(value.get("references"), f"{where} (sidecar {member})")

@@ -61,6 +61,8 @@ def score_corpus(
     batch_size: int = BATCH_SIZE,
     num_workers: int | None = None,
     save_embeddings: bool = False,
+    resharder_subset: bool = False,
+    embedding_layout: bool = False,
     progress: bool | None = None,
     ray: dict[str, Any] | None = None,
     model: str | os.PathLike | None = None,
@@ -91,6 +93,10 @@ def score_corpus(
             a GPU; none on the CPU, whose cores the model's threads take); Ray: actors holding a model (default:
             one per GPU, else 1).
         save_embeddings: also write float16 image and caption embeddings (null on error rows).
+        resharder_subset: also write ``kept_uids.npy``, the kept rows' img2dataset uids as DataComp's
+            ``resharder.py --subset-file`` reads them (needs ``threshold`` or ``top_fraction``).
+        embedding_layout: also write ``embeddings/`` in clip-retrieval's layout (``img_emb/``, ``text_emb/``,
+            ``metadata/``; implies ``save_embeddings``), for autofaiss and embedding-reader.
         progress: a progress bar over shards and rows (None: on a terminal only).
         ray: the Ray executor's settings: ``address`` (``"auto"``: the cluster ``ray start`` made; unset: a local
             one), ``worker_gpus``, ``worker_cpus`` (each actor's resources).
@@ -108,6 +114,9 @@ def score_corpus(
     options = _metric_options(names, given)
     _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
     _check_cut(threshold, top_fraction)
+    if resharder_subset and threshold is None and top_fraction is None:
+        raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
+    save_embeddings = save_embeddings or embedding_layout
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     ray_settings = _ray_settings(ray, executor)
@@ -133,6 +142,7 @@ def score_corpus(
         embeddings=save_embeddings, key_metric=_threshold_column(scorer, threshold_key),
         cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers, progress=progress,
         ray={**ray_settings, "options": options},
+        exports={"resharder_subset": resharder_subset, "embedding_layout": embedding_layout},
     )  # fmt: skip
     if executor == "local":
         return run_local(plan, Path(output_dir), scorer, state)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.download_records import downloads_summary
 from capeval.corpus.reader import Corpus
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.shard_outputs import FORMAT, input_record, is_done
@@ -43,6 +44,7 @@ class RunPlan:
     num_workers: int | None  # local: decoding processes; Ray: actors (None: each executor's default)
     progress: bool | None
     ray: dict  # the Ray settings and the metric options
+    exports: dict  # resharder_subset, embedding_layout (capeval.corpus.exports)
 
     def manifest(self, scorer: RowScorer) -> dict[str, Any]:
         """The run's ``run.json``: what a resumed run must share (format, metrics and their signatures, the
@@ -97,9 +99,31 @@ def summarise(
         "signatures": scorer.signatures,
         "columns": plan.columns,
         "shards_scored_now": scored_now - len(failed),
+        "downloads": downloads_summary(shards),
     }
     summary = summarise_outputs(
         output, written, plan.key_metric, failed_shards=failed, seconds=seconds, details=details, **plan.cut
     )
     kept = output / "kept.jsonl" if any(v is not None for v in plan.cut.values()) else None
+    if plan.exports.get("resharder_subset") or plan.exports.get("embedding_layout"):
+        summary = _export(plan, output, written, summary, kept)
     return CorpusResult(output_dir=output, scores=output / "scores", kept=kept, summary=summary)
+
+
+def _export(plan: RunPlan, output: Path, written: list[str], summary: dict, kept: Path | None) -> dict:
+    """The files for the tools after the run (``capeval.corpus.exports``), named in ``summary.json``."""
+    import json
+
+    from capeval.corpus.exports import write_embedding_layout, write_resharder_subset
+    from capeval.corpus.run_folder import atomic_write
+
+    if plan.exports.get("resharder_subset"):
+        rows = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()]
+        subset = write_resharder_subset(output, rows)
+        summary["resharder_subset"] = {"file": str(subset.path), "uids": subset.count,
+                                       "uids_of_several_rows": len(subset.repeated)}  # fmt: skip
+    if plan.exports.get("embedding_layout"):
+        summary["embedding_layout"] = str(write_embedding_layout(output, written))
+    text = json.dumps(summary, indent=2)
+    atomic_write(output / "summary.json", lambda fh: fh.write(text))
+    return summary

@@ -6,7 +6,8 @@
   settings or another source is refused (``capeval.corpus.run_folder.check_manifest``).
 - ``run.lock``: one run per folder at a time (``capeval.corpus.lock``).
 - ``scores/<shard>.parquet``: one per input shard, one row per sample: ``key``, ``shard``, ``index``,
-  ``caption``, one float64 column per score (``clipscore``, ``refclipscore``, ``clip_s``, ``pacscore``),
+  ``caption``, where the sample came from as img2dataset recorded it (``uid``, ``url``, ``width``, ``height``,
+  ``original_width``, ``original_height``; null when unknown), one float64 column per score (``clipscore``, ``refclipscore``, ``clip_s``, ``pacscore``),
   ``error`` (null when scored), and with ``--save-embeddings`` ``image_embedding``/``text_embedding``
   (list<float16>, null on error rows). Written to a hidden temporary file and renamed, so a file that exists is whole; its footer
   records the row count and the input shard's identity (``capeval.corpus.file_identity``).
@@ -31,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from capeval.corpus.file_identity import file_identity, identity_changes
+from capeval.corpus.row_checks import ORIGIN_FIELDS, ORIGIN_SIZE_FIELDS, ORIGIN_TEXT_FIELDS
 from capeval.diagnostics.categories import DamagedFileWarning, InputChangedWarning, user_stacklevel
 
-FORMAT = "capeval-shard-scores-2"
+FORMAT = "capeval-shard-scores-3"  # a folder written in another layout is refused, not resumed
 _ROWS_KEY = b"capeval.rows"
 _INPUT_KEY = b"capeval.input"
 _TEMPORARY = re.compile(r"^\.(?P<shard>.+)\.parquet\.(?P<pid>\d+)\.capeval-tmp$")
@@ -52,6 +54,8 @@ def output_schema(score_columns: Sequence[str], embeddings: bool = False):
         pa.field("shard", pa.string()),
         pa.field("index", pa.int64()),
         pa.field("caption", pa.string()),
+        *[pa.field(c, pa.string()) for c in ORIGIN_TEXT_FIELDS],
+        *[pa.field(c, pa.int64()) for c in ORIGIN_SIZE_FIELDS],
         *[pa.field(c, pa.float64()) for c in score_columns],
         pa.field("error", pa.string()),
     ]
@@ -93,6 +97,9 @@ def write_shard_output(
 
     schema = output_schema(score_columns, embeddings)
     order = np.argsort(np.asarray(rows["index"]), kind="stable")
+    # Each row's origin (a dict, JSON text from Ray, or None) as one column per field.
+    origins = [_origin(o) for o in rows.get("origin", [None] * len(order))]
+    rows = {**rows, **{f: [o.get(f) for o in origins] for f in ORIGIN_FIELDS}}
     arrays = []
     for field in schema:
         values = rows[field.name]
@@ -118,6 +125,14 @@ def write_shard_output(
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
+
+
+def _origin(value) -> dict:
+    if value is None or (
+        isinstance(value, float) and value != value
+    ):  # Arrow gives NaN for a column of nulls
+        return {}
+    return json.loads(value) if isinstance(value, str) else dict(value)
 
 
 def remove_stale_temporaries(output_dir: str | os.PathLike) -> None:

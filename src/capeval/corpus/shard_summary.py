@@ -18,11 +18,21 @@ from typing import Any
 
 import numpy as np
 
+from capeval.corpus.row_checks import ORIGIN_FIELDS
 from capeval.corpus.shard_outputs import FORMAT, output_path
 from capeval.diagnostics.categories import DuplicateKeyWarning, user_stacklevel
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-_NOT_SCORES = ("key", "shard", "index", "caption", "error", "image_embedding", "text_embedding")
+_NOT_SCORES = (
+    "key",
+    "shard",
+    "index",
+    "caption",
+    "error",
+    "image_embedding",
+    "text_embedding",
+    *ORIGIN_FIELDS,
+)
 _SHOWN = 10  # repeated keys listed in summary.json and the warning
 
 
@@ -46,10 +56,10 @@ def _read_rows(output_dir: Path, shard_names: Sequence[str]) -> tuple[dict[str, 
     """The identifying columns (shard, key, index, error) and the score columns of the given shards' outputs."""
     import pyarrow.parquet as pq
 
-    ids: dict[str, list] = {"shard": [], "key": [], "index": [], "error": []}
+    ids: dict[str, list] = {"shard": [], "key": [], "index": [], "error": [], "uid": []}
     columns: dict[str, list[np.ndarray]] = {}
     for name in shard_names:
-        table = pq.read_table(output_path(output_dir, name))
+        table = pq.read_table(output_path(output_dir, name), columns=None)
         for field in ids:
             ids[field] += table.column(field).to_pylist()
         for column in table.column_names:
@@ -89,6 +99,8 @@ def _write_kept(out: Path, ids: dict[str, list], keep: np.ndarray) -> int:
     with open(tmp, "w", encoding="utf-8") as fh:
         for i in np.flatnonzero(keep):
             row = {"shard": ids["shard"][i], "key": ids["key"][i], "index": ids["index"][i]}
+            if ids["uid"][i] is not None:  # img2dataset's uid, for DataComp's resharder
+                row["uid"] = ids["uid"][i]
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     os.replace(tmp, out / "kept.jsonl")
     return int(keep.sum())
@@ -187,6 +199,7 @@ def _error_kind(error: str) -> str:
         ("sparse", "damaged tar member"),
         ("no valid header", "damaged tar member"),
         ("not a file", "not a file member"),
+        ("not downloaded by img2dataset", "not downloaded"),
         ("no image", "missing image"),
         ("references", "references"),
         ("non-finite", "non-finite score"),

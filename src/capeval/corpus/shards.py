@@ -26,7 +26,14 @@ from typing import Any
 
 from capeval.corpus.locations import list_locations, names_shards
 from capeval.corpus.parquet_cells import CheckedParquet
-from capeval.corpus.row_checks import caption_problem, key_problem, references_problem, sidecar_references
+from capeval.corpus.row_checks import (
+    ORIGIN_FIELDS,
+    caption_problem,
+    key_problem,
+    origin_fields,
+    read_sidecar,
+    references_problem,
+)
 from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
 
 # The image extensions img2dataset writes (its --encode_format) and WebDataset's decoders read.
@@ -93,6 +100,7 @@ class ShardRow:
     image: bytes | str | None  # encoded bytes, or a path for Parquet path columns
     error: str | None = None
     references: list[str] | None = None  # a tar sample's .json "references", a Parquet "references" column
+    origin: dict | None = None  # uid, url and sizes as img2dataset recorded them (row_checks.origin_fields)
 
 
 def is_shard_source(source) -> bool:
@@ -183,9 +191,15 @@ def _tar_row(shard: Shard, index: int, sample: TarSample) -> ShardRow:
             caption = raw.decode("utf-8")
         except UnicodeDecodeError:
             sample.refuse(f"caption of {key} is not UTF-8")
-    references = None
+    references = origin = None
     if "json" in fields:
-        references, problem = sidecar_references(fields["json"], f"sample {key}", sample.members["json"][0])
+        member = sample.members["json"][0]
+        sidecar, problem = read_sidecar(fields["json"], f"sample {key}", member)
+        if sidecar is not None:
+            where = f"sample {key} (sidecar {member})"
+            references, problem = references_problem(sidecar.get("references"), where)
+            origin, origin_issue = origin_fields(sidecar, where)
+            problem = problem or origin_issue
         if problem:
             sample.refuse(problem)
     if image is None:
@@ -204,6 +218,7 @@ def _tar_row(shard: Shard, index: int, sample: TarSample) -> ShardRow:
         image=image,
         error=sample.problem,
         references=references,
+        origin=origin,
     )
 
 
@@ -262,6 +277,10 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
         table.column(key_col).to_pylist() if key_col else [f"{shard.name}/{i}" for i in range(len(captions))]
     )
     refs = table.column(refs_col).to_pylist() if refs_col in columns else [None] * len(captions)
+    # img2dataset's Parquet output: where each sample came from, and whether it was downloaded at all.
+    extra = {
+        c: table.column(c).to_pylist() for c in (*ORIGIN_FIELDS, "status", "error_message") if c in columns
+    }
     base = shard.path.parent if shard.path is not None else None
     for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
         key, problem = key_problem(key, f"row {index} of column {key_col!r}")
@@ -278,9 +297,12 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
             )  # relative to the shard, as in a JSONL corpus
         if problem is None and (image is None or image == b""):
             problem = f"{where} has no image in column {image_col!r}"
+        recorded = {c: values[index] for c, values in extra.items()}
+        problem = _download_problem(recorded, where) or problem
         problem = problem or caption_problem(caption, where, f" in column {caption_col!r}")
         references, refs_issue = references_problem(references, where)
-        problem = problem or refs_issue
+        origin, origin_issue = origin_fields(recorded, where)
+        problem = problem or refs_issue or origin_issue
         yield ShardRow(
             key=key,
             shard=shard.name,
@@ -289,4 +311,15 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
             image=image,
             error=f"{where}: {table.problems[index]}" if index in table.problems else problem,
             references=references,
+            origin=origin,
         )
+
+
+def _download_problem(recorded: dict[str, Any], where: str) -> str | None:
+    """Why img2dataset wrote a row without an image: its own status and message (Parquet output keeps a row per
+    URL, downloaded or not)."""
+    status = recorded.get("status")
+    if status is None or status == "success":
+        return None
+    message = recorded.get("error_message")
+    return f"{where} was not downloaded by img2dataset: {status}" + (f" ({message})" if message else "")
