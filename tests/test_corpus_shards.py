@@ -411,3 +411,19 @@ def test_claimed_output_refuses_a_folder_capeval_did_not_make(tmp_path):
         with claimed_output(tmp_path / "photos", {"metrics": ["clipscore"]}, remove_stale_temporaries):
             pass
     assert (tmp_path / "photos" / "cat.jpg").read_bytes() == b"x"
+
+
+def test_the_cli_reads_brace_patterns_and_pipe_commands_as_the_folder(tmp_path, capsys):
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    args = ["--model", MODEL, "--no-progress"]
+    assert main(["corpus", str(tmp_path / "in"), "--output", str(tmp_path / "folder"), *args]) == 0
+    pattern = str(tmp_path / "in" / "{00000..00001}.tar")
+    assert main(["corpus", pattern, "--output", str(tmp_path / "braces"), *args]) == 0
+    assert main(["corpus", f"pipe:cat {pattern}", "--output", str(tmp_path / "pipe"), *args]) == 0
+    want = _rows(tmp_path / "folder")
+    assert _rows(tmp_path / "braces") == want and _rows(tmp_path / "pipe") == want
+    assert json.loads((tmp_path / "pipe" / "run.json").read_text())["source"]["kind"] == "shards"
+    missing = str(tmp_path / "in" / "{00000..00002}.tar")
+    capsys.readouterr()
+    assert main(["corpus", missing, "--output", str(tmp_path / "none"), *args]) == 2
+    assert "00002.tar" in capsys.readouterr().err

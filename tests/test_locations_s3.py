@@ -195,3 +195,43 @@ def test_the_endpoint_and_keys_can_come_from_the_environment(s3, tmp_path, monke
         assert _keys(location) == ["a"]
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+# --- A corpus run on shards in S3 ---
+
+
+def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resumes_by_etag(
+    s3, tmp_path, monkeypatch
+):
+    from capeval.corpus.run import score_corpus
+    from capeval.diagnostics.categories import DuplicateKeyWarning, InputChangedWarning
+    from capeval.testing.shapes import shapes_clip_path
+    from capeval.testing.shapes_shards import write_shapes_shards
+    from tests.test_corpus import read_scores
+
+    put, prefix, options = s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    write_shapes_shards(tmp_path / "local", shards=2, rows_per_shard=3)
+    for tar in sorted((tmp_path / "local").glob("*.tar")):
+        put(tar.name, tar.read_bytes())
+    model = str(shapes_clip_path())
+    score_corpus(tmp_path / "local", tmp_path / "want", model=model)
+    remote = score_corpus(f"{prefix}/{{00000..00001}}.tar", tmp_path / "got", model=model)
+    assert read_scores(tmp_path / "got") == read_scores(tmp_path / "want")
+    assert remote.summary["shards_scored_now"] == 2
+    assert (
+        score_corpus(f"{prefix}/{{00000..00001}}.tar", tmp_path / "got", model=model).summary[
+            "shards_scored_now"
+        ]
+        == 0
+    )  # unchanged objects: nothing scored again
+    put("00001.tar", (tmp_path / "local" / "00000.tar").read_bytes())  # another object under the same name
+    with (
+        pytest.warns(InputChangedWarning, match=r"input shard 00001 \(s3://.*\) changed .*ETag"),
+        pytest.warns(DuplicateKeyWarning),  # the keys of 00000 are now in 00001 too
+    ):
+        again = score_corpus(f"{prefix}/{{00000..00001}}.tar", tmp_path / "got", model=model)
+    assert again.summary["shards_scored_now"] == 1

@@ -221,4 +221,5 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
 
 
 def _where(record: dict) -> str:
-    return str(record.get("path") or record.get("folder") or record.get("split") or "?")
+    return str(record.get("path") or record.get("url") or record.get("command") or record.get("folder")
+               or record.get("split") or "?")  # fmt: skip

@@ -97,6 +97,12 @@ def write_shapes_shards(
             # A download cut short: the file ends halfway through the last member's data.
             tar_path.write_bytes(tar_path.read_bytes()[: last.offset_data + last.size // 2])
         pq.write_table(pa.Table.from_pylist(meta_rows), out / f"{s:0{SHARD_DIGITS}d}.parquet")
-        stats = {"count": rows_per_shard, "successes": rows_per_shard, "failed_to_download": 0}
+        stats = {
+            "count": rows_per_shard,
+            "successes": rows_per_shard,
+            "failed_to_download": 0,
+            "failed_to_resize": 0,
+            "status_dict": {"success": rows_per_shard},
+        }  # img2dataset 1.47's counts
         (out / f"{s:0{SHARD_DIGITS}d}_stats.json").write_text(json.dumps(stats))
     return samples
