@@ -7,6 +7,7 @@ of the tree, and the CPU seconds of the whole tree per 1,000 rows. The shards ar
 (``capeval.testing.shapes_shards``), scored with the shapes CLIP.
 
     PYTHONPATH=src python scripts/bench_corpus.py                    # 2 shards of 1,000 and of 10,000 samples
+        # executors: local, local with OMP_NUM_THREADS=1, ray
     PYTHONPATH=src python scripts/bench_corpus.py --sizes 200 --repeats 1 --executors local
 """
 
@@ -29,13 +30,16 @@ from capeval.testing.shapes_shards import write_shapes_shards
 
 
 def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:
-    """One ``capeval corpus`` run in a child; its wall time, the tree's peak RSS and CPU time."""
+    """One ``capeval corpus`` run in a child; its wall time, the tree's peak RSS and CPU time. ``local-1-thread``
+    is the local executor with ``OMP_NUM_THREADS=1``, the setting a shared host's users reach for."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if executor == "local-1-thread":
+        executor, env["OMP_NUM_THREADS"] = "local", "1"
     args = [
         sys.executable, "-m", "capeval.cli", "corpus", str(source), "--output", str(out),
         "--model", str(shapes_clip_path()), "--batch-size", str(batch_size), "--executor", executor,
         "--no-progress",
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     start = time.perf_counter()
     child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(child.pid)
@@ -73,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="samples per shard")
     parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--executors", nargs="+", default=["local", "ray"])
+    parser.add_argument("--executors", nargs="+", default=["local", "local-1-thread", "ray"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the table here")
@@ -95,10 +99,10 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     print(f"\n{args.shards} shards per run, 64x64 JPEG, shapes CLIP, batch {args.batch_size}, "
           f"median of {args.repeats}, {psutil.cpu_count()} cores")  # fmt: skip
-    print(f"{'samples/shard':>13} {'executor':8} {'rows/s':>8} {'driver MiB':>10} {'worker MiB':>10} "
+    print(f"{'samples/shard':>13} {'executor':14} {'rows/s':>8} {'driver MiB':>10} {'worker MiB':>10} "
           f"{'CPU-s/1k rows':>13}")  # fmt: skip
     for r in results:
-        print(f"{r['samples_per_shard']:>13,} {r['executor']:8} {r['rows_per_s']:8.1f} {r['driver_rss_mib']:10.0f} "
+        print(f"{r['samples_per_shard']:>13,} {r['executor']:14} {r['rows_per_s']:8.1f} {r['driver_rss_mib']:10.0f} "
               f"{r['worker_rss_mib']:10.0f} {r['cpu_s_per_1000_rows']:13.2f}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
