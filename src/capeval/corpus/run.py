@@ -31,7 +31,7 @@ from typing import Any
 
 from capeval.clip.batching import BATCH_SIZE
 from capeval.corpus.local_executor import run_local
-from capeval.corpus.reader import choose_columns, open_corpus
+from capeval.corpus.reader import Corpus, choose_columns, open_corpus
 from capeval.corpus.row_scoring import RowScorer, check_row_metrics
 from capeval.corpus.run_folder import claimed_output
 from capeval.corpus.run_plan import CorpusResult, RunPlan, score_pending
@@ -75,33 +75,25 @@ def score_corpus(
     """Score every row of a corpus; rerunning with the same ``output_dir`` resumes (see the module docstring).
 
     Args:
-        source: WebDataset tars or Parquet shards (a folder, a glob, a file, a list of files), a JSONL or CSV file
-            or a folder of them, a folder of images with ``.txt`` captions, a ``save_to_disk`` folder, a
-            ``datasets`` dataset, or a dataset name (streamed with ``datasets.load_dataset``).
+        source: tars or Parquet shards (a folder, glob, brace pattern, URL, ``pipe:`` command, list), a JSONL or
+            CSV file or folder of them, an image folder with ``.txt`` captions, a ``datasets`` dataset or its name.
         output_dir: a new or empty folder, or one of an earlier run of the same settings and source (resumed).
         metrics: per-row image metrics (``clipscore``, ``refclipscore``, ``pacscore``), one or several.
         executor: ``"local"`` (this process, or each process of a ``torchrun`` launch) or ``"ray"``.
         caption_column, image_column, references_column, id_column: the fields read; unset, each is chosen once
-            from the first shard's fields (``caption``/``txt``/``text``; ``jpg``/``image``/...; ``references``;
-            ``key``/``id``, else the row's place) and recorded in ``run.json``.
-        split: a ``DatasetDict``'s or a dataset name's split.
-        threshold, top_fraction: write ``kept.jsonl`` with the rows scoring at least ``threshold``, or the top
-            fraction (DataComp's cut), on ``threshold_key`` (default: the first metric's score).
-        chunk_size: rows per shard of a row source (a tar or Parquet file is a shard as it is).
-        batch_size: rows per forward pass (and per Ray scoring call).
+            from the first shard's fields and recorded in ``run.json``. split: a dataset's split.
+        threshold, top_fraction, threshold_key: write ``kept.jsonl`` with the rows scoring at least ``threshold``,
+            or the top fraction (DataComp's cut), on ``threshold_key`` (default: the first metric's score).
+        chunk_size, batch_size: rows per shard of a row source; rows per forward pass (and Ray scoring call).
         num_workers: local: processes decoding rows ahead of the model (default: every core, at most 32, beside
-            a GPU; none on the CPU, whose cores the model's threads take); Ray: actors holding a model (default:
-            one per GPU, else 1).
-        save_embeddings: also write float16 image and caption embeddings (null on error rows).
-        resharder_subset: also write ``kept_uids.npy``, the kept rows' img2dataset uids as DataComp's
-            ``resharder.py --subset-file`` reads them (needs ``threshold`` or ``top_fraction``).
-        embedding_layout: also write ``embeddings/`` in clip-retrieval's layout (``img_emb/``, ``text_emb/``,
-            ``metadata/``; implies ``save_embeddings``), for autofaiss and embedding-reader.
+            a GPU; none on the CPU); Ray: actors holding a model (default: one per GPU, else 1).
+        save_embeddings, resharder_subset, embedding_layout: also write float16 embeddings (null on error rows);
+            ``kept_uids.npy`` for DataComp's ``resharder.py --subset-file`` (needs a cut); clip-retrieval's
+            ``embeddings/`` layout (implies ``save_embeddings``).
         progress: a progress bar over shards and rows (None: on a terminal only).
-        ray: the Ray executor's settings: ``address`` (``"auto"``: the cluster ``ray start`` made; unset: a local
-            one), ``worker_gpus``, ``worker_cpus`` (each actor's resources).
-        model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors': the
-            driver loads the models once on its CPU to check them before any work).
+        ray: ``address`` (``"auto"``: the cluster ``ray start`` made; unset: a local one), ``worker_gpus``,
+            ``worker_cpus``.
+        model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors').
 
     Returns:
         CorpusResult: the folders and the summary (identical in every process of a launch).
@@ -110,36 +102,19 @@ def score_corpus(
         EmptySourceError: the source holds no row. ValueError, TypeError: a setting or source refused, named.
     """
     names = check_row_metrics(metrics)
-    given = dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w, checkpoint=checkpoint)
-    options = _metric_options(names, given)
-    _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
-    _check_cut(threshold, top_fraction)
-    if resharder_subset and threshold is None and top_fraction is None:
-        raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
-    save_embeddings = save_embeddings or embedding_layout
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    options = _metric_options(names, dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w,
+                                          checkpoint=checkpoint))  # fmt: skip
+    _check_settings(executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset)
     ray_settings = _ray_settings(ray, executor)
-    corpus = open_corpus(source, chunk_size, split, image_column)
-    if corpus.streamed and executor == "ray":
-        raise ValueError(
-            "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "
-            "with save_to_disk (or export Parquet shards) and give that"
-        )
-    given_columns = {"caption": caption_column, "image": image_column, "references": references_column,
-                     "id": id_column}  # fmt: skip
-    columns = choose_columns(corpus.shards, given_columns)
-    state = None
-    if executor == "local":
-        from capeval.corpus.distributed import process_state
-
-        state = process_state(device)
-        if state.num_processes > 1:
-            options["device"] = str(state.device)  # one device per process
-    scorer = RowScorer(names, _driver_options(options, executor), embeddings=save_embeddings)
+    corpus = _open(source, chunk_size, split, image_column, executor)
+    columns = choose_columns(corpus.shards, {"caption": caption_column, "image": image_column,
+                                             "references": references_column, "id": id_column})  # fmt: skip
+    state = _process_state(executor, device, options)
+    embeddings = save_embeddings or embedding_layout
+    scorer = RowScorer(names, _driver_options(options, executor), embeddings=embeddings)
     plan = RunPlan(
         corpus=corpus, executor=executor, columns=columns, chunk_size=chunk_size, batch_size=batch_size,
-        embeddings=save_embeddings, key_metric=_threshold_column(scorer, threshold_key),
+        embeddings=embeddings, key_metric=_threshold_column(scorer, threshold_key),
         cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers, progress=progress,
         ray={**ray_settings, "options": options},
         exports={"resharder_subset": resharder_subset, "embedding_layout": embedding_layout},
@@ -148,6 +123,44 @@ def score_corpus(
         return run_local(plan, Path(output_dir), scorer, state)
     with claimed_output(Path(output_dir), plan.manifest(scorer), remove_stale_temporaries):
         return score_pending(plan, Path(output_dir), scorer, _run_ray)
+
+
+def _open(source: Any, chunk_size: int, split: str | None, image_column: str | None, executor: str) -> Corpus:
+    """The source as shards (``reader.open_corpus``); a streamed dataset, read in order by one process, is refused
+    on Ray."""
+    corpus = open_corpus(source, chunk_size, split, image_column)
+    if corpus.streamed and executor == "ray":
+        raise ValueError(
+            "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "
+            "with save_to_disk (or export Parquet shards) and give that"
+        )
+    return corpus
+
+
+def _check_settings(
+    executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset
+) -> None:
+    """Refuse settings before anything is read or written: an unknown executor, sizes that are not positive
+    integers, a cut that would filter silently wrong, a resharder subset without a cut."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
+    _check_cut(threshold, top_fraction)
+    if resharder_subset and threshold is None and top_fraction is None:
+        raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
+
+
+def _process_state(executor: str, device: str | None, options: dict[str, Any]):
+    """This process's place in a ``torchrun`` launch (local executor; None on Ray): with several processes, each
+    scores on its own device."""
+    if executor != "local":
+        return None
+    from capeval.corpus.distributed import process_state
+
+    state = process_state(device)
+    if state.num_processes > 1:
+        options["device"] = str(state.device)
+    return state
 
 
 def _metric_options(names: list[str], given: dict[str, Any]) -> dict[str, Any]:
