@@ -115,7 +115,8 @@ def defined_statically(path: str) -> bool:
 def api_page(package: str, title: str, purpose: str, shown: set[str]) -> str:
     """A package's page: its docstring, then each public name not already shown on an earlier page (those are
     linked to where they are shown: one heading per object, so every cross-reference has one target)."""
-    lines = [f"# {title}", "", purpose, "", f"::: {package}", "    options:", "      members: false", ""]
+    lines = [f"# {title}", "", purpose, "", f"::: {package}", "    options:", "      members: false"]
+    lines += ["      show_root_heading: false", ""]
     elsewhere = []
     for name, path in sorted(public_names(package).items()):
         if path in shown:
