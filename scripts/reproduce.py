@@ -5,7 +5,7 @@
     python scripts/reproduce.py list --data-dir ../shared/benchmarks
     python scripts/reproduce.py published pascal50s
 
-All logic lives in ``capeval.bench``; see its README section for one command per table.
+All logic lives in ``capeval.bench``; docs/guides/benchmarks.md gives one command per table.
 """
 
 from capeval.bench.cli import main

@@ -10,3 +10,4 @@ spec="."
 [ -n "${1:-}" ] && spec=".[$1]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e "$spec"
 .venv/bin/capeval install-modules
+echo "capeval is installed in .venv: \`source .venv/bin/activate\` puts the capeval command on PATH" >&2

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into .venv, then runs lint and the whole suite (browser tests included).
+# Installs everything the tests need into .venv, then runs lint and the whole suite (browser tests, the docs'
+# strict build and every code block of the docs included).
 # Usage: scripts/test.sh [extra pytest args], e.g. scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh test,spaces,video,bench,ray,torchmetrics,remote
+scripts/setup.sh test,spaces,video,bench,ray,torchmetrics,remote,docs
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.

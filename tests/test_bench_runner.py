@@ -452,6 +452,41 @@ def test_report_shows_a_paper_in_another_setting_beside_ours_with_the_setting_na
     }
 
 
+def test_pascal50s_cells_read_ours_published_difference_and_other_settings_go_under_the_table():
+    # Hessel et al. Table 4 gives CIDEr in capeval's setting; Kilickaya et al. and Sharif et al. give WMD with
+    # other vectors, which are no difference from a GloVe-6B-50d run: they belong in the notes, not the cells.
+    import re
+
+    from capeval.bench.report import markdown_table, other_setting_notes
+    from capeval.bench.runner import BenchmarkRun, MetricOutcome
+
+    values = {"HC": 0.654, "HI": 0.99, "HM": 0.93, "MM": 0.7, "mean": 0.81}
+    glove = "wmd|vectors=glove-6b-50d@kumo1.0.0-9abcdbc8:400000x50|normalize_vectors=False|capeval=0.1.0"
+    run = BenchmarkRun(
+        BENCHMARKS["pascal50s"],
+        outcomes={
+            "wmd": MetricOutcome("wmd", "WMD", {k: 100 * v for k, v in values.items()}, glove),
+            "cider": MetricOutcome("cider", "CIDEr", {"mean": 80.0}, "cider|impl=pycocoevalcap"),
+        },
+    )
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in markdown_table(run).splitlines()}
+    wmd, cider = (cells[:-1] + [cells[-1].removesuffix(" |")] for cells in (rows["| WMD"], rows["| CIDEr"]))
+    # ours alone, ours (published, difference), or no score of ours beside a published one
+    cell = re.compile(r"^\d+\.\d( \(\d+\.\d, [+-]\d+\.\d\d\))?$|^– \(\d+\.\d\)$")
+    assert [c for c in wmd + cider if not cell.match(c)] == []
+    assert wmd == ["65.4", "99.0", "93.0", "70.0", "81.0"]  # no published value in the run's setting
+    assert cider[-1] == "80.0 (79.6, +0.40)" and cider[0] == "– (65.1)"
+    notes = other_setting_notes(run)
+    assert (
+        "WMD: published 0.71 (WMD, PASCAL-50S HC; setting vectors=word2vec-google-news-300; `kilickaya2017_t4`), "
+        "ours 65.4"
+    ) in notes  # as the paper prints it
+    assert (
+        "WMD: published 56.2 (WMD, PASCAL-50S HHC; setting vectors=not stated; `sharif2020_t3`), ours 65.4"
+        in notes
+    )
+
+
 # --- Which settings of a benchmark a metric scores ---
 
 

@@ -172,6 +172,27 @@ def test_compare_adds_each_metrics_delta_to_the_baseline_with_its_interval_and_p
     assert table["notes"][0].startswith("not compared: BLEU-4")
 
 
+def test_per_image_bleu_is_named_sentence_bleu_apart_from_the_corpus_bleu_of_the_table(coco, capsys):
+    from capeval.bench.baselines import CocoBaseline
+
+    out = coco / "per.json"
+    rc = main(
+        [
+            "score", str(coco / "blip.json"), "--references-json", str(coco / "captions_val2014.json"),
+            "--metrics", "bleu4", "meteor", "--save-per-instance", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    printed = capsys.readouterr().out.splitlines()
+    refs = [REFERENCES[i] for i in COCO_IDS]
+    corpus, sentence = CocoBaseline("bleu4").corpus_score([CAPTIONS[i] for i in COCO_IDS], refs)
+    assert printed[0] == f"BLEU-4: {corpus:.4f}"  # pycocoevalcap's corpus BLEU, as its COCOEvalCap prints it
+    per = json.loads(out.read_text())
+    assert list(per[str(COCO_IDS[0])]) == ["sentence BLEU-4", "sentence METEOR"]
+    assert [per[str(i)]["sentence BLEU-4"] for i in COCO_IDS] == pytest.approx(sentence, abs=1e-12)
+    assert f"{np.mean(sentence):.4f}" != f"{corpus:.4f}"  # two numbers, so two names
+
+
 def test_compare_in_text_prints_a_second_table_of_differences(coco, capsys):
     rc = main(
         [

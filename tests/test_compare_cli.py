@@ -104,6 +104,22 @@ def test_compare_reads_what_capeval_score_writes(tmp_path, tiny_clip_dir, capsys
     )
 
 
+@pytest.mark.parametrize("column", ["sentence BLEU-4", "BLEU-4"])
+def test_the_mean_of_per_image_bleu_is_labelled_sentence_bleu_never_the_corpus_bleu(tmp_path, capsys, column):
+    # capeval score writes "sentence BLEU-4"; older files and other tools wrote "BLEU-4" over the same numbers.
+    a = _write(tmp_path / "a.json", {f"im{i}": {column: 0.1 * i} for i in range(4)})
+    b = _write(tmp_path / "b.json", {f"im{i}": {column: 0.05 * i} for i in range(4)})
+    assert main(["compare", a, b, "--metrics", "bleu4"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("sentence BLEU-4: a 0.1500 vs b 0.0750, delta +0.0750")
+    assert err.strip() == (
+        "note: sentence BLEU-4: means of per-image sentence scores, not the corpus scores (pycocoevalcap's, "
+        "from the whole corpus's statistics) that `capeval score` prints as BLEU-4"
+    )
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["comparisons"][0]["metric"] == "sentence BLEU-4"
+
+
 def test_ids_in_one_file_only_are_refused_and_named(two_systems, capsys):
     path_a, _, root = two_systems
     other = _write(root / "other.json", {"im0": 0.1, "im1": 0.2, "im9": 0.3, "im3": 0.4})

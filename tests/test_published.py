@@ -1,4 +1,4 @@
-"""published.json is the one source of published figures: cards, README and reports agree with it."""
+"""published.json is the one source of published figures: cards, docs and reports agree with it."""
 
 from __future__ import annotations
 
@@ -141,8 +141,11 @@ def test_card_table_rows_follow_published_json_order_and_format():
     assert format_value(53.0) == "53.0" and format_value(53.919) == "53.919"
 
 
-def test_readme_published_figures_match_published_json():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+BENCHMARKS_PAGE = REPO / "docs" / "guides" / "benchmarks.md"
+
+
+def test_the_benchmarks_page_quotes_published_figures_as_published_json_holds_them():
+    text = BENCHMARKS_PAGE.read_text(encoding="utf-8")
     found = re.findall(r"(CIDEr|METEOR) [\d.]+ \(published ([\d.]+)\)", text)
     assert {m for m, _ in found} == {"CIDEr", "METEOR"}
     keys = {"CIDEr": "cider", "METEOR": "meteor"}
@@ -152,9 +155,9 @@ def test_readme_published_figures_match_published_json():
         )
 
 
-def test_readme_figures_of_our_runs_match_the_cards():
-    # README quotes our own Pascal-50S means (5 random draws); the WMD and WEmbSim cards hold the same runs.
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_benchmarks_page_quotes_our_runs_as_the_cards_hold_them():
+    # The page quotes our own Pascal-50S means (5 random draws); the WMD and WEmbSim cards hold the same runs.
+    text = BENCHMARKS_PAGE.read_text(encoding="utf-8")
     match = re.search(
         r"Pascal-50S mean accuracy over 5 random draws of 5 references: WMD ([\d.]+), WEmbSim ([\d.]+)", text
     )

@@ -218,7 +218,7 @@ def test_draw_frames_moves_the_shape_but_keeps_the_scene():
 
 def test_committed_example_folder_is_what_make_example_folder_writes(tmp_path):
     info = S.make_example_folder(tmp_path, n_images=12, seed=0)
-    for name in ("candidates.json", "references.json", "canonical_results.json"):
+    for name in ("candidates.json", "references.json", "canonical_results.json", "pairs.jsonl"):
         assert (tmp_path / name).read_bytes() == (EXAMPLES / name).read_bytes()
     committed = sorted(p.name for p in (EXAMPLES / "images").iterdir())
     assert committed == sorted(f"{i}.png" for i in info)

@@ -78,7 +78,8 @@ def test_transformers_gemma_tokenizer_still_ignores_the_released_do_lower_case(f
     assert type(tok).__name__ == "GemmaTokenizer" and tok.init_kwargs["do_lower_case"] is True
     theirs_mixed, theirs_lower = tok(["A Red Bus", "a red bus"])["input_ids"]
     # Should this fail, transformers honours the flag now: capeval's lower_cases() then returns False by itself
-    # (see the next test), and README's model-family table must stop saying that transformers does not lower-case.
+    # (see the next test), and the model-family table (docs/reference/model-families.md) must stop saying that
+    # transformers does not lower-case.
     assert theirs_mixed != theirs_lower, (
         "transformers' GemmaTokenizer now lower-cases SigLIP 2 captions itself"
     )

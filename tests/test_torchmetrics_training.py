@@ -1,6 +1,6 @@
 """capeval.torchmetrics in training set-ups: two gloo processes (one of them, in a second run, without data) equal
 one process on all the data, and Lightning logs capeval's numbers (a validation loop on the shapes world, the
-README's snippet)."""
+training guide's snippet)."""
 
 from __future__ import annotations
 
@@ -106,14 +106,14 @@ def test_lightning_validation_loop_logs_every_metric_equal_to_capevals_callables
         assert float(rows[0][f"val/{name}"]) == pytest.approx(expected[name][name], abs=TOL), name
 
 
-def test_the_readme_lightning_snippet_logs_capevals_numbers(repo_root, capsys):
+def test_the_docs_lightning_snippet_logs_capevals_numbers(repo_root, capsys):
     import re
 
-    readme = (repo_root / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Lightning and torchmetrics", 1)[1]
+    page = (repo_root / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
+    section = page.split("## Lightning and torchmetrics", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    namespace: dict = {"__name__": "readme_snippet"}
-    exec(compile(code, "README.md (Lightning and torchmetrics)", "exec"), namespace)
+    namespace: dict = {"__name__": "docs_snippet"}
+    exec(compile(code, "docs/guides/training.md (Lightning and torchmetrics)", "exec"), namespace)
     logged = namespace["trainer"].callback_metrics
     rows, clip = namespace["rows"], str(namespace["shapes_clip_path"]())
     preds = [row["caption"] for row in rows]

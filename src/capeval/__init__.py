@@ -9,7 +9,7 @@ The package in wings (ARCHITECTURE.md): the metric callables at the top (``clips
 (``clip/`` for CLIP embeddings, ``text/`` for word vectors); ``corpus/`` for large corpora; ``bench/``,
 ``demo/``, ``training/``, ``integrations/``, ``torchmetrics/``, ``perf/`` and ``testing/`` on top.
 
-``__all__`` is the public API (the README's "The Python API"); ``dir(capeval)`` shows it and the dunders only.
+``__all__`` is the public API (docs/reference/python-api.md); ``dir(capeval)`` shows it and the dunders only.
 """
 
 from capeval._lazy import lazy_exports
@@ -53,5 +53,5 @@ _PUBLIC = {
     "WEMBSIM_REDUCTION": "capeval.wembsim:REDUCTION",
     "WEMBSIM_ABSOLUTE_COSINE": "capeval.scores",
 }
-__all__ = sorted(_PUBLIC)  # the names the README's "The Python API" lists; a test keeps the two equal
+__all__ = sorted(_PUBLIC)  # the names docs/reference/python-api.md lists; a test keeps the two equal
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

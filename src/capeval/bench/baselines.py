@@ -49,6 +49,19 @@ def _spice_missing() -> str | None:
     return None
 
 
+# pycocoevalcap's corpus BLEU and METEOR come from the whole corpus's statistics, not the mean of the per-caption
+# scores: a per-caption score (or a mean of them) of these is named "sentence <name>" wherever it is shown.
+CORPUS_NOT_MEAN = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor")
+SENTENCE = "sentence"
+
+
+def sentence_name(key: str) -> str:
+    """The name of a baseline's per-caption scores: ``sentence BLEU-4`` for BLEU and METEOR, whose corpus
+    score (named ``BLEU-4``) is not their mean; the table name otherwise."""
+    name = KINDS[key][0] if key in KINDS else key
+    return f"{SENTENCE} {name}" if key in CORPUS_NOT_MEAN else name
+
+
 KINDS = {
     "bleu1": ("BLEU-1", False),
     "bleu2": ("BLEU-2", False),
@@ -87,7 +100,7 @@ class CocoBaseline:
     @property
     def corpus_is_mean(self) -> bool:
         """Whether the toolkit's corpus score is the mean of the per-caption scores (BLEU's and METEOR's are not)."""
-        return not (self.key.startswith("bleu") or self.key == "meteor")
+        return self.key not in CORPUS_NOT_MEAN
 
     def unavailable(self) -> str | None:
         """Why this baseline cannot run here, or None."""

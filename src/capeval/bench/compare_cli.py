@@ -3,7 +3,7 @@
 Reads two per-image score files as ``capeval score --save-per-instance`` writes them (the CLIPScore authors'
 layout, ``{image_id: {"CLIPScore": 0.71, ...}}``; ``{image_id: score}`` is read too), pairs the images by id
 and runs :func:`capeval.bench.significance.compare` on every metric the two files share (or those named by
-``--metric``), one line (or one JSON object) per metric.
+``--metrics``), one line (or one JSON object) per metric.
 """
 
 from __future__ import annotations
@@ -15,20 +15,26 @@ import re
 import sys
 from pathlib import Path
 
+from capeval.bench.baselines import CORPUS_NOT_MEAN, SENTENCE, sentence_name
 from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
 from capeval.json_files import read_json_file
 
-# Metrics whose corpus score (pycocoevalcap's) is not the mean of their per-image scores: the test compares
-# the means of the per-image scores, not those corpus scores.
-_NOT_MEANS = {"bleu1", "bleu2", "bleu3", "bleu4", "meteor"}
 # Registry names of the metrics whose per-image columns carry the CLIPScore authors' names.
 _ALIASES = {"pacscore": "pacs", "refpacscore": "refpacs"}
 _SCORE_KEY = ""  # the column of a file of bare numbers {image_id: score}
 
 
 def _normalised(name: str) -> str:
-    key = re.sub(r"[^0-9a-z]", "", name.lower())
+    # "sentence BLEU-4" (what capeval score writes) and "BLEU-4" (older files, other tools) are one metric here.
+    key = re.sub(r"[^0-9a-z]", "", name.lower()).removeprefix(SENTENCE)
     return _ALIASES.get(key, key)
+
+
+def metric_label(column: str) -> str:
+    """What a compared column is called in the output: the mean of per-image BLEU or METEOR scores is named
+    ``sentence BLEU-4`` (whatever the file called it), never the corpus score's ``BLEU-4``."""
+    key = _normalised(column)
+    return sentence_name(key) if key in CORPUS_NOT_MEAN else column
 
 
 def read_per_instance(path: str) -> dict[str, dict[str, float]]:
@@ -136,8 +142,9 @@ def compare_command(args: argparse.Namespace) -> int:
     results = []
     for column_a, column_b in metrics:
         a, b = [rows_a[i][column_a] for i in ids], [rows_b[i][column_b] for i in ids]
+        label = metric_label(column_a) or None
         # Checked here too, to name the files and the image ids rather than the systems and indices.
-        check_magnitudes(a, b, (args.a_json, args.b_json), items=ids, metric=column_a or None)
+        check_magnitudes(a, b, (args.a_json, args.b_json), items=ids, metric=label)
         result = compare(
             a,
             b,
@@ -146,16 +153,17 @@ def compare_command(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             seed=args.seed,
             names=names,
-            metric=column_a or None,
+            metric=label,
         )
         results.append(result)
         if args.format == "text":
             print(result)
-    not_means = [c for c, _ in metrics if _normalised(c) in _NOT_MEANS]
+    not_means = [metric_label(c) for c, _ in metrics if _normalised(c) in CORPUS_NOT_MEAN]
     if not_means:
         print(
-            f"note: {', '.join(not_means)}: the test compares the means of the per-image scores, which are not "
-            "pycocoevalcap's corpus scores of these metrics",
+            f"note: {', '.join(not_means)}: means of per-image sentence scores, not the corpus scores "
+            "(pycocoevalcap's, from the whole corpus's statistics) that `capeval score` prints as "
+            f"{', '.join(n.removeprefix(SENTENCE + ' ') for n in not_means)}",
             file=sys.stderr,
         )
     if args.format == "json":
@@ -180,7 +188,8 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "Paired significance test of two systems' corpus scores from their per-image score files "
             "(`capeval score --save-per-instance`): the difference A - B, its bootstrap confidence interval "
-            "and a two-sided p-value (sacreBLEU's paired-ar / paired-bs)."
+            "and a two-sided p-value (the tests of sacreBLEU's paired-ar / paired-bs). The mean of per-image "
+            "BLEU or METEOR scores is named 'sentence BLEU-4', 'sentence METEOR': it is not the corpus score."
         ),
     )
     parser.add_argument("a_json", help="per-image scores of system A (capeval score --save-per-instance)")

@@ -18,7 +18,7 @@ import numpy as np
 
 from capeval.bench.metrics import display_name
 from capeval.bench.plots import plot_run
-from capeval.bench.published import published_elsewhere, published_value, published_values, sources
+from capeval.bench.published import published_value, published_values, sources
 from capeval.bench.runner import BenchmarkRun
 
 
@@ -46,25 +46,24 @@ def markdown_table(run: BenchmarkRun, digits: int = 1) -> str:
         cells = []
         for col, _ in bench.columns:
             pub = published_value(bench.name, key, col, outcome.signature)
-            cell = format_cell(outcome.values.get(col), pub.value if pub else None, digits)
-            # A paper in another setting (word2vec vs GloVe-6B-50d): its value beside ours, setting named, no diff.
-            for other in published_elsewhere(bench.name, key, col, outcome.signature):
-                cell += f"; paper [{other.setting_label()}]: {other.value:.{digits}f}"
-            cells.append(cell)
+            # A paper in another setting (word2vec vs GloVe-6B-50d) is no difference from ours: it goes to the
+            # notes under the table (other_setting_notes), so every cell reads as the legend says.
+            cells.append(format_cell(outcome.values.get(col), pub.value if pub else None, digits))
         lines.append(f"| {outcome.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def other_setting_notes(run: BenchmarkRun) -> list[str]:
-    """Published numbers of the metrics that ran, in a setting or a column this table lacks, so a reader sees
-    the paper's value next to ours with the difference in setting named (``ours`` = the run's signature)."""
+    """Published numbers of the metrics that ran, in another setting (other word vectors) or a column this table
+    lacks, so a reader sees the paper's value next to ours with the difference in setting named (``ours`` = the
+    run's signature); the cells hold only the published values of the run's own setting."""
     columns = {c for c, _ in run.benchmark.columns}
     notes = []
     for key, outcome in run.outcomes.items():
         if outcome.skipped:
             continue
         for p in published_values(run.benchmark.name, key):
-            if p.column in columns:
+            if p.column in columns and p.matches(outcome.signature):
                 continue  # beside ours in its cell
             ours = outcome.values.get(p.column)
             ours_text = f"ours {ours:.1f}" if ours is not None else "no column of ours to compare"
@@ -147,7 +146,8 @@ def _report_header(title: str, context: dict | None) -> list[str]:
         + "".join(f" {k}: `{v}`." for k, v in (context or {}).items()),
         "",
         "Cells read **ours (published, ours − published)**, all × 100; a metric without a published number shows "
-        "ours alone. Published numbers come from `capeval/bench/published.json` (sources at the end).",
+        "ours alone. A paper's number in another setting (other word vectors) is listed under the table with that "
+        "setting, never in a cell. Published numbers come from `capeval/bench/published.json` (sources at the end).",
         "",
     ]
 

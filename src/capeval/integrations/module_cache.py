@@ -6,7 +6,7 @@ fails for any reason (offline mode, no network, no such Space), by importing the
 ``HF_MODULES_CACHE/evaluate_modules/metrics/evaluate-metric--<name>/<hash>/<name>.py``, where ``<hash>`` is the
 64-hex digest evaluate computes over the script's code (``evaluate.loading.files_to_hash``). This module writes
 exactly the folders evaluate writes when it downloads a canonical module, so evaluate's own cache fallback finds
-ours. Conditions, named in the README and in the command's help:
+ours. Conditions, named in the docs (docs/guides/evaluate.md) and in the command's help:
 
 - the cache is the one evaluate reads: ``HF_MODULES_CACHE`` (default ``HF_HOME/modules``) as set when
   ``install_modules`` runs must be the one the user's process sees;

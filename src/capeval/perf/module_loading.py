@@ -1,7 +1,7 @@
 """How a bare ``evaluate.load("<name>")`` behaves, and how long it takes, when the Hub says it has no such module,
 refuses the connection or never answers: fresh processes against a local stand-in for the Hub (``HF_ENDPOINT``).
 
-Used by ``scripts/bench_module_loading.py`` (the times the README quotes) and ``tests/test_install_modules.py``.
+Used by ``scripts/bench_module_loading.py`` (the times docs/guides/evaluate.md quotes) and ``tests/test_install_modules.py``.
 The child process is this module run as a script (``python -m capeval.perf.module_loading SPEC``): it imports
 evaluate and capeval first, so the time of each ``evaluate.load`` is the look-up and import of the module alone.
 """

@@ -36,6 +36,15 @@ def column_name(key: str) -> str:
     return display_name(key)
 
 
+def per_item_column(key: str) -> str:
+    """The per-image name of a metric key: :func:`column_name`, except for the metrics whose corpus score is
+    not the mean of their per-image scores (``bleu4`` -> ``sentence BLEU-4``), so a per-image file never holds
+    the corpus score's name over numbers of another kind."""
+    from capeval.bench.baselines import CORPUS_NOT_MEAN, sentence_name
+
+    return sentence_name(key) if key in CORPUS_NOT_MEAN else column_name(key)
+
+
 @dataclass
 class SystemScores:
     """Scores of several systems on the same images.
@@ -65,12 +74,13 @@ class SystemScores:
     baseline: str | None = None
 
     def columns(self) -> dict[str, str]:
-        """``{metric key: column name}``."""
+        """``{metric key: column name}`` of the corpus scores (``bleu4`` -> ``BLEU-4``, pycocoevalcap's)."""
         return {key: column_name(key) for key in self.metrics}
 
     def per_instance(self, system: str) -> dict[str, dict[str, float]]:
-        """``{image id: {column: score}}`` of one system: the CLIPScore authors' ``--save_per_instance`` file."""
-        cols = self.columns()
+        """``{image id: {column: score}}`` of one system: the CLIPScore authors' ``--save_per_instance`` file,
+        per-image BLEU and METEOR named as sentence scores (``sentence BLEU-4``)."""
+        cols = {key: per_item_column(key) for key in self.metrics}
         scores = self.per_item[system]
         return {
             str(image_id): {cols[key]: scores[key][i] for key in self.metrics}

@@ -141,7 +141,9 @@ def make_example_folder(
     Layout: ``images/<image_id>.png``, ``candidates.json`` (``{image_id: caption}``) and ``references.json``
     (``{image_id: [captions]}``); a second system, ``canonical_results.json``, captions every image with its
     scene's canonical caption, as a COCO results list (``[{"image_id": ..., "caption": ...}]``), for comparing
-    systems. The same seed writes byte-identical files.
+    systems; ``pairs.jsonl`` holds the same candidates as a corpus, one ``{"id", "image", "caption",
+    "references"}`` row per line (images relative to the file), as ``capeval corpus`` reads them. The same seed
+    writes byte-identical files.
 
     Returns:
         the items, as ``example_items`` returns them.
@@ -161,4 +163,9 @@ def make_example_folder(
         {"image_id": image_id, "caption": caption(item["scene"])} for image_id, item in items.items()
     ]
     (folder / "canonical_results.json").write_text(json.dumps(canonical, indent=2) + "\n")
+    pairs = [
+        {"id": i, "image": f"images/{i}.png", "caption": item["candidate"], "references": item["references"]}
+        for i, item in items.items()
+    ]
+    (folder / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in pairs))
     return items

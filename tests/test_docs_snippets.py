@@ -1,0 +1,274 @@
+"""Every code block of the README, the docs and the metric cards runs as written, offline, and prints what the
+page shows it printing (tests/docs_snippets.py: the markers, the substitutions and the matching rules)."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from docs_snippets import (
+    GIVEN_FILES,
+    REPO,
+    REPOSITORY_LINKS,
+    Block,
+    all_blocks,
+    console_commands,
+    matches_in_order,
+    matches_whole,
+    printed_expectations,
+    problems,
+    substituted,
+    summary,
+)
+
+BLOCKS = all_blocks()
+RUN = [b for b in BLOCKS if b.runs]
+TIMEOUT_S = 300  # one block; the whole page set takes about two minutes on 2 cores
+HUB_COMMIT = "0" * 40  # the stand-in cache's revision of openai/clip-vit-base-patch32
+SHELL_SYNTAX = set("|&;<>()$`*?[]{}~=")
+
+
+class Worker:
+    """tests/docs_snippet_worker.py in a process of its own, with the environment of one kind of block."""
+
+    def __init__(self, env: dict[str, str]):
+        read_fd, write_fd = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("docs_snippet_worker.py")), str(write_fd)],
+            stdin=subprocess.PIPE,
+            env=env,
+            pass_fds=(write_fd,),
+            text=True,
+        )
+        os.close(write_fd)
+        self.answers = os.fdopen(read_fd, "r")
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.answers, selectors.EVENT_READ)
+
+    def ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        if not self.selector.select(timeout=TIMEOUT_S):
+            self.close()
+            pytest.fail(f"{request['name']}: no answer within {TIMEOUT_S} s")
+        line = self.answers.readline()
+        if not line:
+            pytest.fail(f"{request['name']}: the worker died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.answers.close()
+
+
+def _given_files(root: Path) -> Path:
+    """The files of GIVEN_FILES, built once."""
+    from capeval.clip.video import write_video
+    from capeval.testing.shapes import Scene, draw, draw_frames
+    from capeval.testing.shapes_shards import write_shapes_shards
+
+    given = root / "given"
+    given.mkdir()
+    draw(Scene("red", "circle", "left")).convert("RGB").save(given / "dog.jpg", quality=95)
+    write_video(given / "clip.mp4", draw_frames(Scene("green", "triangle", "top"), n_frames=6))
+    write_shapes_shards(given / "shards")
+    (given / "benchmarks").symlink_to(REPO / "tests" / "fixtures" / "bench")
+    (given / "candidates.json").symlink_to(REPO / "examples" / "shapes" / "candidates.json")
+    (given / "images").symlink_to(REPO / "examples" / "shapes" / "images")
+    assert sorted(p.name + ("/" if p.is_dir() else "") for p in given.iterdir()) == sorted(GIVEN_FILES)
+    return given
+
+
+def _hub_cache(root: Path) -> Path:
+    """A Hugging Face cache in huggingface_hub's layout where openai/clip-vit-base-patch32 is the shapes CLIP."""
+    from capeval.testing.shapes import shapes_clip_path
+
+    repo = root / "hub" / "models--openai--clip-vit-base-patch32"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(HUB_COMMIT)
+    shutil.copytree(shapes_clip_path(), repo / "snapshots" / HUB_COMMIT)
+    return root / "hub"
+
+
+class Runner:
+    """Sandboxes, the two workers (without and with the stand-in Hub cache) and the shell environment."""
+
+    def __init__(self, root: Path):
+        from capeval.testing.shapes import shapes_clip_path
+
+        self.root = root
+        self.given = _given_files(root)
+        self.shapes_clip = str(shapes_clip_path())
+        empty = root / "empty-hub"
+        empty.mkdir()
+        base = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            ),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "HF_HOME": str(root / "hf-home"),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_EVALUATE_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "XDG_CACHE_HOME": str(root / "cache"),
+        }
+        self.env = {
+            False: {**base, "HF_HUB_CACHE": str(empty)},
+            True: {**base, "HF_HUB_CACHE": str(_hub_cache(root))},
+        }
+        self.workers: dict[bool, Worker] = {}
+        self.sandboxes: dict[str, Path] = {}
+
+    def worker(self, hub: bool) -> Worker:
+        if hub not in self.workers:
+            self.workers[hub] = Worker(self.env[hub])
+        return self.workers[hub]
+
+    def sandbox(self, block: Block) -> Path:
+        """The block's folder: its own, or the one of the block it continues."""
+        if "continued" in block.markers and block.previous is not None:
+            folder = self.sandboxes[block.previous.id]
+        else:
+            folder = self.root / "runs" / block.id.replace("/", "_").replace(":", "-")
+            folder.mkdir(parents=True)
+            for name in REPOSITORY_LINKS:
+                (folder / name).symlink_to(REPO / name)
+            for path in self.given.iterdir():
+                (folder / path.name).symlink_to(path)
+        self.sandboxes[block.id] = folder
+        return folder
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    runner = Runner(tmp_path_factory.mktemp("docs-snippets"))
+    yield runner
+    runner.close()
+
+
+def _loop_names(code: str) -> list[str]:
+    import ast
+
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Name) and node.iter.id == "loader":
+            target = node.target
+            return [t.id for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+    raise AssertionError("given-loader: the block has no `for ... in loader` loop")
+
+
+def _check_output(block: Block, printed: str) -> None:
+    if block.output is not None:
+        assert matches_whole(printed, block.output.code), (
+            f"{block.id} printed:\n{printed}\n--- but {block.output.id} shows:\n{block.output.code}"
+        )
+
+
+def _run_python(runner: Runner, block: Block, code: str, folder: Path) -> None:
+    request = {
+        "op": "python",
+        "code": code,
+        "cwd": str(folder),
+        "name": block.id,
+        "namespace": block.id,
+        "continues": block.previous.id if "continued" in block.markers else None,
+        "loader": _loop_names(code) if "given-loader" in block.markers else None,
+    }
+    answer = runner.worker("hub-model" in block.markers).ask(request)
+    assert answer["error"] is None, f"{block.id} failed:\n{answer['error']}\nprinted:\n{answer['stdout']}"
+    expected = printed_expectations(block.code)
+    assert matches_in_order(answer["stdout"], expected), (
+        f"{block.id} printed:\n{answer['stdout']}\n--- but the page shows, in this order:\n"
+        + "\n".join(expected)
+    )
+    _check_output(block, answer["stdout"])
+
+
+def _is_plain_capeval(command: str) -> bool:
+    """A bare ``capeval ...`` command with no shell syntax outside quotes: run in the worker, as the entry point
+    would run it (``capeval.cli.main``), sparing a process start per command."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    return bool(words) and words[0] == "capeval" and not any(set(w) <= SHELL_SYNTAX for w in words)
+
+
+def _shell(runner: Runner, block: Block, script: str, folder: Path) -> str:
+    env = runner.env["hub-model" in block.markers]
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"{block.id} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _run_console(runner: Runner, block: Block, code: str, folder: Path) -> None:
+    printed_all = []
+    for command, expected in console_commands(code):
+        if _is_plain_capeval(command):
+            answer = runner.worker("hub-model" in block.markers).ask(
+                {"op": "cli", "argv": shlex.split(command)[1:], "cwd": str(folder), "name": block.id}
+            )
+            assert answer["error"] is None and answer["rc"] == 0, (
+                f"{block.id}: `{command}` exited {answer['rc']}:\n{answer['error']}\n{answer['stdout']}"
+            )
+            printed = answer["stdout"]
+        else:
+            printed = _shell(runner, block, command, folder)
+        if expected.strip():
+            assert matches_whole(printed, expected), (
+                f"{block.id}: `{command}` printed:\n{printed}\n--- expected:\n{expected}"
+            )
+        printed_all.append(printed)
+    _check_output(block, "".join(printed_all))
+
+
+@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
+def test_block_runs_offline_and_prints_what_the_page_shows(runner, block):
+    folder = runner.sandbox(block)
+    code = substituted(block, runner.shapes_clip)
+    if block.kind == "python":
+        _run_python(runner, block, code, folder)
+    elif block.kind == "doctest":
+        answer = runner.worker("hub-model" in block.markers).ask(
+            {"op": "doctest", "code": code, "cwd": str(folder), "name": block.id}
+        )
+        assert answer["error"] is None, f"{block.id}:\n{answer['error']}"
+    elif block.kind == "console":
+        _run_console(runner, block, code, folder)
+    else:
+        _check_output(block, _shell(runner, block, code, folder))
+
+
+def test_every_block_is_run_or_marked_as_not_a_program():
+    assert problems(BLOCKS) == []
+
+
+def test_substituted_and_unrun_blocks_are_counted_by_reason():
+    counts = summary(BLOCKS)
+    assert sum(counts.values()) == len(BLOCKS)
+    assert counts.get("run as written", 0) > sum(
+        n for what, n in counts.items() if what.startswith("not-run")
+    )
