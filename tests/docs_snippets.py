@@ -41,8 +41,6 @@ MARKERS = {
     "fields the loop names (captions, references, images or pictures, videos)",
     # how it runs
     "continued": "runs after the block before it, in its folder and (Python) its namespace",
-    "corpus": "about the corpus engine (its page is rewritten with the engine; the word marks its blocks)",
-    "pending": "not run yet (allowed beside `corpus` only, while the corpus engine changes)",
     "not-run": "not run, for the reason that follows: setup (installs software; CI runs the set-up itself), "
     "server (starts a server; tests/test_spaces_browser.py drives it), cluster (needs a Ray cluster; "
     "tests/test_ray_engine.py runs the engine on a local Ray), network (publishes to the Hub), weights (reads "
@@ -98,14 +96,12 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.kind is not None and "not-run" not in self.markers and "pending" not in self.markers
+        return self.kind is not None and "not-run" not in self.markers
 
     def reason(self) -> str:
         """Why a block is substituted or not run, for the summary."""
         if "not-run" in self.markers:
             return "not-run " + next(m for m in self.markers if m in NOT_RUN_REASONS)
-        if "pending" in self.markers:
-            return "pending"
         return " ".join(m for m in self.markers if m in SUBSTITUTIONS)
 
 
@@ -162,7 +158,7 @@ def all_blocks() -> list[Block]:
 
 def problems(blocks: list[Block]) -> list[str]:
     """What is wrong with the markers: unknown words, a block neither runnable nor marked as not a program,
-    an output block with nothing before it, ``pending`` without ``corpus``, ``not-run`` without a reason."""
+    an output block with nothing before it, ``not-run`` without a reason."""
     out = []
     for b in blocks:
         unknown = [m for m in b.markers if m not in MARKERS]
@@ -176,8 +172,6 @@ def problems(blocks: list[Block]) -> list[str]:
             out.append(f"{b.id}: a runnable ```{b.language} block is marked as not a program")
         if "not-run" in b.markers and not any(m in NOT_RUN_REASONS for m in b.markers):
             out.append(f"{b.id}: not-run needs a reason: one of {NOT_RUN_REASONS}")
-        if "pending" in b.markers and "corpus" not in b.markers:
-            out.append(f"{b.id}: pending is allowed beside corpus only (blocks of the corpus engine)")
         if "continued" in b.markers and b.previous is None:
             out.append(f"{b.id}: continued, but no runnable block comes before it on its page")
     outputs = [b for b in blocks if "output" in b.markers]
