@@ -79,8 +79,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "clip-s-unclipped",
         "scores.py",
-        "return w * cos.clamp(min=0)",
-        "return w * cos",
+        "return w * raw_cosine(image_emb, text_emb).clamp(min=0)",
+        "return w * raw_cosine(image_emb, text_emb)",
         (T_CLIP_S,),
         "CLIP-S without max(cos, 0)",
     ),
