@@ -3,7 +3,7 @@
 The pipeline, streamed by Ray Data:
 
 1. a dataset of the shards still to score (decided on the driver from the files already written);
-2. read tasks (one shard each): ``reader.read_shard`` (the reader the local executor uses) then ``prepare_rows`` (decode, CLIP's
+2. read tasks (one shard each): ``reader.rows_or_why`` (the reader the local executor uses) then ``prepare_rows`` (decode, CLIP's
    geometric preprocessing) in batches, each row carrying its shard's row count;
 3. ``map_batches`` over an actor pool (``ScoreActor``): each actor loads the metrics' models once (one GPU
    per actor when the cluster has GPUs, else a fraction of a CPU so the read tasks keep CPUs: an actor
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from capeval.corpus.reader import read_shard
+from capeval.corpus.reader import rows_or_why
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import write_shard_output
 from capeval.corpus.shards import Shard
@@ -61,7 +61,7 @@ def _import_ray():
 def read_and_prepare(
     batch: dict[str, np.ndarray], columns: dict[str, Any], batch_size: int, image_size: int, datasets: dict
 ):
-    """Read task: one shard's rows (``reader.read_shard``, as the local executor reads them), prepared in
+    """Read task: one shard's rows (``reader.rows_or_why``, as the local executor reads them), prepared in
     batches (plain columns Ray can move).
 
     Every batch carries ``shard_rows`` (the shard's row count, so the driver knows when a shard is whole)
@@ -74,11 +74,7 @@ def read_and_prepare(
         shard = pickle.loads(blob)
         if shard.kind == "datasets":
             shard = replace(shard, dataset=ray.get(datasets[shard.dataset]))
-        try:
-            rows = read_shard(shard, columns)
-            failure = None if rows else f"shard {shard.path or shard.name} holds no sample"
-        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
-            rows, failure = [], str(err)
+        rows, failure = rows_or_why(shard, columns)
         if failure is not None:
             yield _failure_batch(shard.name, failure, image_size)
             continue

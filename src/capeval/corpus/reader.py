@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.locations import names_shards
 from capeval.corpus.record_rows import dataset_records, read_row_shard
 from capeval.corpus.row_sources import (
     CSV_EXTENSIONS,
@@ -36,7 +37,6 @@ from capeval.corpus.shards import (
     ShardReadError,
     ShardRow,
     id_column,
-    is_shard_source,
     list_shards,
     pick_column,
     read_file_shard,
@@ -74,7 +74,7 @@ def open_corpus(
     dataset = _as_dataset(source, split)
     if dataset is not None:
         return _dataset_corpus(dataset, chunk_size, image_column)
-    if is_shard_source(source):
+    if names_shards(source):
         return Corpus(list_shards(source), _description(source, "shards"))
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"a corpus source is a path or a datasets dataset, got {type(source).__name__}")
@@ -260,28 +260,36 @@ def read_shard(shard: Shard, columns: dict[str, Any] | None = None) -> list[Shar
     return read_file_shard(shard, columns)
 
 
+def rows_or_why(
+    shard: Shard, columns: dict[str, Any], records=None
+) -> tuple[list[ShardRow] | None, str | None]:
+    """``(rows, None)``, or ``(None, why)`` for a shard that cannot be read or holds no sample: what both executors
+    report of a shard, in the same words.
+
+    Args:
+        records: a streamed dataset's records of this shard, already read in order (``read_shards``).
+    """
+    try:
+        rows = read_row_shard(shard, columns, records) if records is not None else read_shard(shard, columns)
+    except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
+        return None, str(err)
+    if not rows:
+        return None, f"shard {shard.where} holds no sample"
+    return rows, None
+
+
 def read_shards(
     shards: Sequence[Shard], columns: dict[str, Any], streamed: bool = False
 ) -> Iterator[tuple[Shard, list[ShardRow] | None, str | None]]:
-    """``(shard, rows, None)``, or ``(shard, None, why)`` for a shard that cannot be read, in order.
+    """``(shard, rows, None)``, or ``(shard, None, why)`` for a shard that cannot be read (``rows_or_why``), in
+    order.
 
     A streamed dataset's shards are read from one pass over the stream (each shard's rows where the previous
     one's ended) instead of from the stream's start each time.
     """
     cursor = _StreamCursor() if streamed else None
     for shard in shards:
-        try:
-            if cursor is not None:
-                rows = read_row_shard(shard, columns, cursor.records(shard))
-            else:
-                rows = read_shard(shard, columns)
-        except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
-            yield shard, None, str(err)
-            continue
-        if not rows:
-            yield shard, None, f"shard {shard.path or shard.name} holds no sample"
-            continue
-        yield shard, rows, None
+        yield shard, *rows_or_why(shard, columns, cursor.records(shard) if cursor is not None else None)
 
 
 class _StreamCursor:
@@ -313,4 +321,5 @@ __all__ = [
     "open_corpus",
     "read_shard",
     "read_shards",
+    "rows_or_why",
 ]
