@@ -122,12 +122,3 @@ def read_sidecar(metadata: bytes, where: str, member: str) -> tuple[dict | None,
     if not isinstance(value, dict):
         return None, f"the sidecar {member} of {where} is a JSON {type(value).__name__}, not an object"
     return value, None
-
-
-def sidecar_references(metadata: bytes, where: str, member: str) -> tuple[list[str] | None, str | None]:
-    """The ``references`` of a sample's ``.json`` sidecar (img2dataset's have none), checked as
-    ``references_problem``."""
-    value, problem = read_sidecar(metadata, where, member)
-    if problem:
-        return None, problem
-    return references_problem(value.get("references"), f"{where} (sidecar {member})")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.locations import list_locations, names_shards
+from capeval.corpus.locations import list_locations
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import (
     ORIGIN_FIELDS,
@@ -101,12 +101,6 @@ class ShardRow:
     error: str | None = None
     references: list[str] | None = None  # a tar sample's .json "references", a Parquet "references" column
     origin: dict | None = None  # uid, url and sizes as img2dataset recorded them (row_checks.origin_fields)
-
-
-def is_shard_source(source) -> bool:
-    """Whether ``source`` names shards (``capeval.corpus.locations.names_shards``): a ``.tar``/``.parquet`` file, a
-    folder holding them, a glob or brace pattern, an fsspec URL, a ``pipe:`` command, a list of them."""
-    return names_shards(source)
 
 
 def list_shards(
