@@ -98,6 +98,7 @@ def execute_locally(
     workers = plan.num_workers if plan.num_workers is not None else default_decode_workers(device)
     threads = torch_threads(workers, processes) if device.type == "cpu" else None
     failed: dict[str, str] = {}
+    scored_rows = 0
     bar = _progress_bar(plan.progress, len(pending))
     with DecodePool(workers) as decode, _torch_threads(threads) if threads else contextlib.nullcontext():
         for shard, rows, why in read_shards(pending, plan.columns, plan.corpus.streamed):
@@ -105,20 +106,16 @@ def execute_locally(
                 failed[shard.name] = why
             else:
                 scored = score_shard_locally(scorer, rows, plan.batch_size, decode)
+                scored_rows += len(rows)
                 write_shard_output(
                     output, shard.name, scored, scorer.columns(), plan.embeddings, records[shard.name]
                 )
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(rows=bar.format_sizeof(_rows_done(bar, rows)), refresh=False)
+                bar.set_postfix(rows=bar.format_sizeof(scored_rows), refresh=False)
     if bar is not None:
         bar.close()
     return failed
-
-
-def _rows_done(bar, rows) -> int:
-    bar.rows = getattr(bar, "rows", 0) + len(rows or ())
-    return bar.rows
 
 
 def _progress_bar(progress: bool | None, shards: int):

@@ -87,10 +87,10 @@ def _csv_records(shard: Shard, columns: dict[str, Any]):
     header = list(shard.fields)
     text = csv_text(_span(shard))
     reader = csv.reader(text, dialect=csv_dialect(shard.path))
-    index, lineno = 0, shard.first_row
+    index, next_line = 0, shard.first_row
     for values in reader:
-        where = f"{shard.path.name} line {lineno}"
-        lineno = shard.first_row + reader.line_num
+        line, next_line = next_line, shard.first_row + reader.line_num  # a record may span several lines
+        where = f"{shard.path.name} line {line}"
         if not values:
             continue
         if len(values) != len(header):
@@ -105,7 +105,7 @@ def _csv_records(shard: Shard, columns: dict[str, Any]):
                     record = {"__error__": f"{err} (a CSV references field holds a JSON list of strings)"}
             elif refs in record:
                 record[refs] = None  # an empty cell: no references
-        yield index, record, where, f"{shard.path.name}:{where.rsplit(' ', 1)[1]}", base
+        yield index, record, where, f"{shard.path.name}:{line}", base
         index += 1
 
 

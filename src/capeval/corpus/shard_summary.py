@@ -59,7 +59,7 @@ def _read_rows(output_dir: Path, shard_names: Sequence[str]) -> tuple[dict[str, 
     ids: dict[str, list] = {"shard": [], "key": [], "index": [], "error": [], "uid": []}
     columns: dict[str, list[np.ndarray]] = {}
     for name in shard_names:
-        table = pq.read_table(output_path(output_dir, name), columns=None)
+        table = pq.read_table(output_path(output_dir, name))
         for field in ids:
             ids[field] += table.column(field).to_pylist()
         for column in table.column_names:
