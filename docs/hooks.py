@@ -26,29 +26,20 @@ METRICS = ("clipscore", "refclipscore", "pacscore", "wembsim", "wmd", "emscore")
 FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
 LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s]+)\)")
 
-# page -> (package, title, what it is for); the packages' public names as the code declares them
+# page -> (package, what it is for); the packages' public names as the code declares them
 API_PAGES = {
-    "reference/api/capeval.md": ("capeval", "capeval", "The package's public names (`capeval.__all__`)."),
-    "reference/api/corpus.md": ("capeval.corpus", "capeval.corpus", "Scoring and filtering corpora."),
+    "reference/api/capeval.md": ("capeval", "The package's public names (`capeval.__all__`)."),
+    "reference/api/corpus.md": ("capeval.corpus", "Scoring and filtering corpora."),
     "reference/api/torchmetrics.md": (
-        "capeval.torchmetrics",
         "capeval.torchmetrics",
         "The metrics as `torchmetrics.Metric` classes.",
     ),
-    "reference/api/scoring.md": ("capeval.scoring", "capeval.scoring", "Caption files and many systems."),
-    "reference/api/bench.md": (
-        "capeval.bench",
-        "capeval.bench",
-        "Benchmarks of agreement with human judgments.",
-    ),
-    "reference/api/clip.md": ("capeval.clip", "capeval.clip", "The CLIP engine."),
-    "reference/api/text.md": ("capeval.text", "capeval.text", "The word-vector engine."),
-    "reference/api/integrations.md": (
-        "capeval.integrations",
-        "capeval.integrations",
-        "evaluate, transformers' Trainer and the Hub.",
-    ),
-    "reference/api/diagnostics.md": ("capeval.diagnostics", "capeval.diagnostics", "Warning categories."),
+    "reference/api/scoring.md": ("capeval.scoring", "Caption files and many systems."),
+    "reference/api/bench.md": ("capeval.bench", "Benchmarks of agreement with human judgments."),
+    "reference/api/clip.md": ("capeval.clip", "The CLIP engine."),
+    "reference/api/text.md": ("capeval.text", "The word-vector engine."),
+    "reference/api/integrations.md": ("capeval.integrations", "evaluate, transformers' Trainer and the Hub."),
+    "reference/api/diagnostics.md": ("capeval.diagnostics", "Warning categories."),
 }
 
 
@@ -112,10 +103,10 @@ def defined_statically(path: str) -> bool:
     return name in bound
 
 
-def api_page(package: str, title: str, purpose: str, shown: set[str]) -> str:
+def api_page(package: str, purpose: str, shown: set[str]) -> str:
     """A package's page: its docstring, then each public name not already shown on an earlier page (those are
     linked to where they are shown: one heading per object, so every cross-reference has one target)."""
-    lines = [f"# {title}", "", purpose, "", f"::: {package}", "    options:", "      members: false"]
+    lines = [f"# {package}", "", purpose, "", f"::: {package}", "    options:", "      members: false"]
     lines += ["      show_root_heading: false", ""]
     elsewhere = []
     for name, path in sorted(public_names(package).items()):
@@ -142,8 +133,8 @@ def generated_pages(repo_url: str) -> dict[str, str]:
         card = (REPO / "metrics" / name / "README.md").read_text(encoding="utf-8")
         pages[f"metrics/{name}.md"] = from_repository(card, repo_url, depth=1)
     shown: set[str] = set()
-    for page, (package, title, purpose) in API_PAGES.items():
-        pages[page] = api_page(package, title, purpose, shown)
+    for page, (package, purpose) in API_PAGES.items():
+        pages[page] = api_page(package, purpose, shown)
     return pages
 
 
