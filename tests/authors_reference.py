@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.testing.openai_reference import openai_tokenize
+from capeval.testing.openai_reference import openai_tokenize, torchvision_resize_center_crop
 
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
@@ -19,15 +19,7 @@ STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 
 def authors_pixels(img: Image.Image, n_px: int) -> torch.Tensor:
     """Resize(n_px, BICUBIC) -> CenterCrop(n_px) -> convert("RGB") -> ToTensor -> Normalize, as torchvision does."""
-    w, h = img.size
-    short, long = (w, h) if w <= h else (h, w)
-    new_short, new_long = n_px, int(n_px * long / short)
-    new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-    if (new_w, new_h) != (w, h):
-        img = img.resize((new_w, new_h), Image.BICUBIC)
-    top = int(round((new_h - n_px) / 2.0))
-    left = int(round((new_w - n_px) / 2.0))
-    arr = np.array(img.crop((left, top, left + n_px, top + n_px)).convert("RGB"))
+    arr = np.array(torchvision_resize_center_crop(img, n_px).convert("RGB"))
     x = arr.astype(np.float32) / 255.0
     x = (x - MEAN) / STD
     return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))

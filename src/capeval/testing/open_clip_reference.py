@@ -34,6 +34,8 @@ from types import ModuleType
 import numpy as np
 from PIL import Image
 
+from capeval.testing.openai_reference import torchvision_resize_center_crop
+
 OPEN_CLIP_VERSION = "3.3.0"
 _INSTALL = f"pip install --no-deps open_clip_torch=={OPEN_CLIP_VERSION}"
 
@@ -95,14 +97,7 @@ def open_clip_pixels(img: Image.Image, size: int, resize_mode: str) -> np.ndarra
         if img.size != (size, size):
             img = img.resize((size, size), Image.BICUBIC)
     elif resize_mode == "shortest":
-        w, h = img.size
-        short, long = (w, h) if w <= h else (h, w)
-        new_short, new_long = size, int(size * long / short)
-        new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-        if (new_w, new_h) != (w, h):
-            img = img.resize((new_w, new_h), Image.BICUBIC)
-        top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-        img = img.crop((left, top, left + size, top + size))
+        img = torchvision_resize_center_crop(img, size)
     else:
         raise ValueError(f"resize_mode {resize_mode!r}: only 'shortest' and 'squash' are restated here")
     return np.asarray(img.convert("RGB"), dtype=np.uint8)

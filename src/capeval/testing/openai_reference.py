@@ -80,3 +80,19 @@ def openai_tokenize(texts: list[str], context_length: int = CONTEXT_LENGTH) -> l
             ids[-1] = eot
         out.append(ids)
     return out
+
+
+def torchvision_resize_center_crop(img, size: int):
+    """``Resize(size, BICUBIC)`` then ``CenterCrop(size)`` as torchvision computes them on a PIL image (the shorter
+    side to ``size``, the longer ``int(size * long / short)``, the crop's corner rounded), restated with PIL alone:
+    OpenAI's ``clip.py`` transform, and open_clip's "shortest" one, up to ``convert("RGB")``."""
+    from PIL import Image
+
+    w, h = img.size
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = size, int(size * long / short)
+    new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+    if (new_w, new_h) != (w, h):
+        img = img.resize((new_w, new_h), Image.BICUBIC)
+    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
+    return img.crop((left, top, left + size, top + size))
