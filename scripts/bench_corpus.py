@@ -44,6 +44,7 @@ def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:
     child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(child.pid)
     peaks: dict[int, int] = {}
+    private: dict[int, int] = {}
     cpu: dict[int, float] = {}
     while child.poll() is None:
         try:
@@ -52,7 +53,9 @@ def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:
             break
         for proc in tree:
             try:
-                peaks[proc.pid] = max(peaks.get(proc.pid, 0), proc.memory_info().rss)
+                memory = proc.memory_info()
+                peaks[proc.pid] = max(peaks.get(proc.pid, 0), memory.rss)
+                private[proc.pid] = max(private.get(proc.pid, 0), _private(proc.pid, memory))
                 times = proc.cpu_times()
                 cpu[proc.pid] = times.user + times.system
             except psutil.Error:
@@ -64,13 +67,30 @@ def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:
         raise RuntimeError(f"capeval corpus ({executor}) failed:\n{output[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     driver = peaks.pop(child.pid, 0)
+    driver_private = private.pop(child.pid, 0)
     return {
         "rows": summary["rows"],
         "rows_per_s": summary["rows"] / seconds,
         "driver_rss_mib": driver / 2**20,
         "worker_rss_mib": max(peaks.values(), default=0) / 2**20,
+        "driver_private_mib": driver_private / 2**20,
+        "worker_private_mib": max(private.values(), default=0) / 2**20,
         "cpu_s_per_1000_rows": 1000 * sum(cpu.values()) / summary["rows"],
     }
+
+
+def _private(pid: int, memory) -> int:
+    """A process's resident memory of its own (``RssAnon``): RSS less the pages of files and of shared memory,
+    which Ray's object store maps into every process that reads or writes an object (its pages count in the RSS of
+    each, though they are one copy); RSS where the OS does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return memory.rss
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from capeval.corpus.run import score_corpus  # noqa: E402
 from capeval.diagnostics.categories import DuplicateKeyWarning  # noqa: E402
 from capeval.testing.shapes import shapes_clip_path  # noqa: E402
 from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+from tests import hostile_shards as H  # noqa: E402
 from tests.hostile_shards import write_tar  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,8 @@ def _parquet_shards(folder, samples):
 
 def _tar_shards(folder, samples):
     """img2dataset's tars, damaged (shard 1: a corrupt JPEG, an empty .txt caption; shard 2: cut inside its last
-    member), then a tar using one key twice and an unreadable one."""
+    member), then a tar using one key twice, an unreadable one, and one whose header after 4 good samples is
+    refused (read part-way: none of its rows is kept)."""
     write_shapes_shards(folder, shards=3, rows_per_shard=4, damaged=True)
     members = []
     for key, sample in zip(["a", "b", "a", "c"], list(samples.values())[:4], strict=True):
@@ -66,6 +68,10 @@ def _tar_shards(folder, samples):
                     (f"{key}.json", json.dumps({"references": sample["references"]}).encode())]  # fmt: skip
     write_tar(folder / "00003.tar", members)
     (folder / "00004.tar").write_bytes(b"not a tar" * 100)
+    good = [H.member(f"g{i}.{ext}", data) for i, sample in enumerate(list(samples.values())[4:8])
+            for ext, data in (("jpg", sample["image"]), ("txt", sample["caption"].encode()))]  # fmt: skip
+    refused = H.extended_header(H.pax_record("path", b"1" * 200))  # a run of digits: refused by name
+    (folder / "00005.tar").write_bytes(H.tar_of(*good, refused, *H.sample("z")))
 
 
 def _records(folder, samples):
@@ -203,8 +209,10 @@ def test_both_executors_report_the_same_unreadable_shards_and_summary(runs, sour
     assert (
         list(remote.summary["failed_shards"])
         == list(local.summary["failed_shards"])
-        == ["00003" if source == "parquet" else "00004"]
+        == (["00003"] if source == "parquet" else ["00004", "00005"])
     )
+    if source == "tars":
+        assert "extended header" in local.summary["failed_shards"]["00005"]
     assert remote.summary["failed_shards"] == local.summary["failed_shards"]
     for field in ("rows", "scored", "errors", "error_kinds", "shards"):
         assert remote.summary[field] == local.summary[field], field

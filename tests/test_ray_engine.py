@@ -5,6 +5,7 @@ actors cannot load failing the run at once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -323,7 +324,7 @@ def test_load_failure_keeps_the_last_line_of_rays_traceback_with_the_metrics_mod
     )
 
 
-def test_read_stage_prepares_every_row_of_a_shard_and_one_failure_row_for_an_unreadable_one(
+def test_read_stage_prepares_every_row_of_a_shard_then_its_end_marker_and_one_failure_marker_for_an_unreadable_one(
     local_ray, tmp_path
 ):
     from capeval.corpus.shards import list_shards
@@ -332,11 +333,33 @@ def test_read_stage_prepares_every_row_of_a_shard_and_one_failure_row_for_an_unr
     (tmp_path / "in" / "00001.tar").write_bytes(b"not a tar" * 100)
     reads = {"columns": {}, "batch_size": 2, "image_size": 32}
     rows = ray_engine._read_stage(local_ray, list_shards(tmp_path / "in"), reads).take_all()
-    good = [r for r in rows if r["shard"] == "00000"]
-    assert sorted(r["index"] for r in good) == [0, 1, 2] and {r["shard_rows"] for r in good} == {3}
+    good = [r for r in rows if r["shard"] == "00000" and r["index"] >= 0]
+    assert sorted(r["index"] for r in good) == [0, 1, 2] and {r["shard_rows"] for r in good} == {-1}
     assert all(r["pixels"].shape == (32, 32, 3) and r["failure"] is None for r in good)
+    [end] = [r for r in rows if r["shard"] == "00000" and r["index"] < 0]
+    assert end["shard_rows"] == 3 and end["failure"] is None and end["late_errors"] == "{}"
     [bad] = [r for r in rows if r["shard"] == "00001"]
-    assert bad["index"] == -1 and bad["shard_rows"] == 0 and "00001" in bad["failure"]
+    assert bad["index"] == -1 and bad["shard_rows"] == -1 and "00001" in bad["failure"]
+
+
+def test_read_stage_sends_a_tars_repeated_key_with_the_end_marker(local_ray, tmp_path):
+    import hostile_shards as H
+
+    from capeval.corpus.shards import list_shards
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "00000.tar").write_bytes(
+        H.tar_of(*H.sample("a", seed=1), *H.sample("b", seed=2), *H.sample("a", seed=3))
+    )
+    reads = {"columns": {}, "batch_size": 2, "image_size": 32}
+    rows = ray_engine._read_stage(local_ray, list_shards(tmp_path / "in"), reads).take_all()
+    assert sorted(r["index"] for r in rows) == [-1, 0, 1, 2]
+    assert all(r["error"] is None for r in rows)  # read one by one, no row knows yet
+    [end] = [r for r in rows if r["index"] < 0]
+    late = json.loads(end["late_errors"])
+    assert sorted(late) == ["0", "2"] and late["0"].startswith(
+        "key a names 2 samples of this shard (rows [0, 2]"
+    )
 
 
 class EchoActor:
@@ -395,7 +418,7 @@ def test_every_actor_call_holds_at_most_batch_size_rows_and_the_rows_equal_the_l
     failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 8, RecordsBatchSizes, embeddings=True)
     sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
     assert failed == {}
-    assert sum(sizes) == 80 and max(sizes) <= 8
+    assert sum(sizes) == 82 and max(sizes) <= 8  # 80 rows and each shard's end marker
     _assert_equal_to_local(tmp_path, tmp_path / "ray")
 
 
@@ -413,34 +436,37 @@ def test_unreadable_shards_between_readable_ones_are_reported_with_small_batches
     assert sorted(failed) == ["00000", "00002"]
     assert "00000" in failed["00000"] and "00002" in failed["00002"]
     sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
-    assert sum(sizes) == 12 and max(sizes) <= 3  # 5 + 5 rows and one failure row per unreadable shard
+    # 5 + 5 rows, an end marker for each, and a failure marker for each unreadable shard
+    assert sum(sizes) == 14 and max(sizes) <= 3
     assert sorted(_table(tmp_path / "ray")) == ["00001", "00003"]
     _assert_equal_to_local(tmp_path, tmp_path / "ray")
 
 
 def _prepared_batch(folder, image_size, failure_at):
-    """The read stage's batches of the two shards in ``folder`` (two rows of the first, all of the second) with an
-    unreadable shard's failure row as part ``failure_at``, joined as Ray may hand them to one actor call."""
+    """The read stage's batches of the two shards in ``folder`` (two rows of the first, all of the second and its
+    end marker) with an unreadable shard's failure marker as part ``failure_at``, joined as Ray may hand them to one
+    actor call."""
     from capeval.corpus.reader import read_shard
     from capeval.corpus.row_scoring import prepare_rows
     from capeval.corpus.shards import list_shards
 
     good = [read_shard(s) for s in list_shards(folder)]
     parts = [
-        ray_engine._to_ray(prepare_rows(good[0][:2], image_size), len(good[0])),
-        ray_engine._to_ray(prepare_rows(good[1], image_size), len(good[1])),
+        ray_engine._to_ray(prepare_rows(good[0][:2], image_size)),
+        ray_engine._to_ray(prepare_rows(good[1], image_size)),
+        ray_engine._marker("00001", image_size, rows=3, late_errors={}),
     ]
-    failure = ray_engine._failure_batch("00009", "shard 00009 is not a readable tar file", image_size)
+    failure = ray_engine._marker("00009", image_size, failure="shard 00009 is not a readable tar file")
     parts.insert(failure_at, failure)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, good[0][:2] + good[1]
 
 
 @pytest.mark.parametrize(
     ("failure_at", "shards"),
-    [(0, ["00009", "00000", "00000", "00001", "00001", "00001"]),
-     (1, ["00000", "00000", "00009", "00001", "00001", "00001"])],
+    [(0, ["00009", "00000", "00000", "00001", "00001", "00001", "00001"]),
+     (1, ["00000", "00000", "00009", "00001", "00001", "00001", "00001"])],
 )  # fmt: skip
-def test_an_actor_scores_the_real_rows_of_a_batch_and_passes_a_failure_row_through_in_place(
+def test_an_actor_scores_the_real_rows_of_a_batch_and_passes_the_markers_through_in_place(
     tmp_path, failure_at, shards
 ):
     from capeval.corpus.row_scoring import RowScorer, prepare_rows
@@ -449,22 +475,24 @@ def test_an_actor_scores_the_real_rows_of_a_batch_and_passes_a_failure_row_throu
     actor = ray_engine.ScoreActor(METRICS, {"model": MODEL}, embeddings=True)
     batch, rows = _prepared_batch(tmp_path / "in", actor.scorer.image_size, failure_at)
     out = actor(batch)
-    assert {len(v) for v in out.values()} == {6}
+    assert {len(v) for v in out.values()} == {7}
     assert list(out["shard"]) == shards
-    at = shards.index("00009")
-    assert out["index"][at] == -1 and out["shard_rows"][at] == 0
+    at, end = shards.index("00009"), len(shards) - 1
+    assert out["index"][at] == out["index"][end] == -1
+    assert out["shard_rows"][at] == -1 and out["shard_rows"][end] == 3 and out["late_errors"][end] == "{}"
     assert out["key"][at] is None and out["caption"][at] is None
     assert out["error"][at] == out["failure"][at] == "shard 00009 is not a readable tar file"
     assert [f is None for f in out["failure"]] == [s != "00009" for s in shards]
-    assert all(np.isnan(out[c][at]) for c in actor.scorer.columns())
-    assert not out["image_embedding"][at].any() and not out["text_embedding"][at].any()
+    for marker in (at, end):
+        assert all(np.isnan(out[c][marker]) for c in actor.scorer.columns())
+        assert not out["image_embedding"][marker].any() and not out["text_embedding"][marker].any()
     # The real rows score as they do in a batch of their own (shard 1's second row is a damaged JPEG).
     scorer = RowScorer(METRICS, {"model": MODEL}, embeddings=True)
     alone = scorer.score(prepare_rows(rows, scorer.image_size))
-    real = [i for i, s in enumerate(shards) if s != "00009"]
+    real = [i for i, s in enumerate(shards) if s != "00009"][:-1]
     assert list(out["key"][real]) == alone["key"] and list(out["error"][real]) == alone["error"]
     assert list(out["index"][real]) == list(alone["index"]) == [0, 1, 0, 1, 2]
-    assert list(out["shard_rows"][real]) == [3] * 5
+    assert list(out["shard_rows"][real]) == [-1] * 5
     for column in (*scorer.columns(), "image_embedding", "text_embedding"):
         np.testing.assert_allclose(out[column][real], alone[column], atol=1e-6, equal_nan=True)
     assert alone["error"][3].startswith("image of 000010001 cannot be read")
@@ -481,23 +509,32 @@ class _Blocks:
 
 
 def _scored_block(rows):
-    """An output block of the score stage from ``(shard, index, shard_rows, failure)`` rows."""
+    """An output block of the score stage: ``(shard, index)`` is a scored row, ``(shard, -1, why)`` a shard's
+    failure marker, ``(shard, "end", count, late_errors)`` its end marker."""
+    parsed = []
+    for shard, index, *rest in rows:
+        if index == "end":
+            parsed.append((shard, -1, None, rest[0], json.dumps(rest[1])))
+        else:
+            parsed.append((shard, index, rest[0] if rest else None, -1, None))
+    rows = parsed
     return {
-        "key": np.array([None if f else f"{s}-{i}" for s, i, _, f in rows], dtype=object),
+        "key": np.array([None if i < 0 else f"{s}-{i}" for s, i, *_ in rows], dtype=object),
         "shard": np.array([s for s, *_ in rows], dtype=object),
-        "index": np.array([i for _, i, _, _ in rows], dtype=np.int64),
-        "caption": np.array([None if f else "a caption" for *_, f in rows], dtype=object),
-        "clipscore": np.array([np.nan if f else 0.25 + i for _, i, _, f in rows]),
-        "error": np.array([f for *_, f in rows], dtype=object),
-        "shard_rows": np.array([n for _, _, n, _ in rows], dtype=np.int64),
-        "failure": np.array([f for *_, f in rows], dtype=object),
+        "index": np.array([i for _, i, *_ in rows], dtype=np.int64),
+        "caption": np.array([None if i < 0 else "a caption" for _, i, *_ in rows], dtype=object),
+        "clipscore": np.array([np.nan if i < 0 else 0.25 + i for _, i, *_ in rows]),
+        "error": np.array([f for _, _, f, _, _ in rows], dtype=object),
+        "shard_rows": np.array([n for *_, n, _ in rows], dtype=np.int64),
+        "failure": np.array([f for _, _, f, _, _ in rows], dtype=object),
+        "late_errors": np.array([late for *_, late in rows], dtype=object),
     }
 
 
-def test_collect_sorts_blocks_of_several_shards_and_failure_rows_out_by_shard(tmp_path):
+def test_collect_sorts_blocks_of_several_shards_and_markers_out_by_shard(tmp_path):
     blocks = _Blocks([
-        _scored_block([("a", 0, 3, None), ("a", 1, 3, None), ("b", -1, 0, "b is unreadable"), ("c", 1, 2, None)]),
-        _scored_block([("a", 1, 3, None), ("c", 0, 2, None), ("a", 2, 3, None)]),  # a's row 1 again: a retry
+        _scored_block([("a", 0), ("a", 1), ("b", -1, "b is unreadable"), ("c", 1), ("c", "end", 2, {})]),
+        _scored_block([("a", 1), ("c", 0), ("a", 2), ("a", "end", 3, {})]),  # a's row 1 again: a retry
     ])  # fmt: skip
     records = {name: {"path": name} for name in "abc"}
     failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
@@ -509,9 +546,33 @@ def test_collect_sorts_blocks_of_several_shards_and_failure_rows_out_by_shard(tm
     assert set(written["a"].shard) == {"a"} and written["a"].error.isna().all()
 
 
+def test_collect_writes_a_shard_whose_rows_arrive_after_its_end_marker_with_its_late_errors(tmp_path):
+    late = {"0": "key k names 2 samples of this shard (rows [0, 2])", "2": "key k names 2 samples ..."}
+    blocks = _Blocks([_scored_block([("a", "end", 3, late), ("a", 1)]), _scored_block([("a", 2), ("a", 0)])])
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, {"a": {"path": "a"}})
+    assert failed == {}
+    table = _table(tmp_path)["a"]
+    assert list(table["index"]) == [0, 1, 2]
+    assert [e if isinstance(e, str) else None for e in table.error] == [late["0"], None, late["2"]]
+    assert table.clipscore.isna().tolist() == [True, False, True]  # a late error's row has no score
+
+
+def test_collect_drops_every_row_of_a_shard_that_failed_part_way(tmp_path):
+    blocks = _Blocks([
+        _scored_block([("a", 0), ("a", 1), ("b", 0)]),
+        _scored_block([("a", -1, "shard a cannot be read: connection reset"), ("a", 2), ("b", "end", 1, {})]),
+    ])  # fmt: skip
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, {n: {"path": n} for n in "ab"})
+    assert failed == {"a": "shard a cannot be read: connection reset"}
+    assert sorted(_table(tmp_path)) == ["b"]
+
+
 def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
-    blocks = _Blocks([_scored_block([("a", 0, 3, None), ("b", 0, 1, None), ("a", 2, 3, None)])])
-    records = {name: {"path": name} for name in "ab"}
-    with pytest.raises(RuntimeError, match=r"incomplete shards \(rows missing: \{'a': 1\}\)"):
+    blocks = _Blocks([_scored_block([("a", 0), ("b", 0), ("a", 2), ("a", "end", 3, {}), ("b", "end", 1, {}),
+                                     ("c", 0)])])  # fmt: skip
+    records = {name: {"path": name} for name in "abc"}
+    with pytest.raises(
+        RuntimeError, match=r"incomplete shards \(rows missing: \{'a': 1, 'c': 'end not received'\}\)"
+    ):
         ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
     assert sorted(_table(tmp_path)) == ["b"]

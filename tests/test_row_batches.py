@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from capeval.corpus.reader import read_shard
-from capeval.corpus.row_batches import DecodePool, default_decode_workers
+from capeval.corpus.row_batches import MAX_CHUNK, DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import prepare_rows
 from capeval.corpus.run import score_corpus
 from capeval.corpus.shards import list_shards
@@ -83,6 +83,27 @@ def test_one_pool_serves_shard_after_shard_with_the_same_processes(rows):
 def test_without_workers_each_batch_is_prepared_here(rows):
     got = _flat(_batches(rows, 9, workers=0))
     assert got["key"] == [r.key for r in rows]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_are_taken_from_the_reader_only_a_bounded_window_ahead(rows, workers):
+    taken = []
+
+    def reader():
+        for row in rows * 5:  # 400 rows, read as they are asked for
+            taken.append(row.index)
+            yield row
+
+    with DecodePool(workers) as pool:
+        batches = pool.batches(reader(), 64, 8)
+        first = next(batches)
+        ahead = len(taken)
+        rest = list(batches)
+    # When the first batch comes out, the reader has given the rows looked at to choose between workers and this
+    # process (MAX_CHUNK + 1) and at most the decoding window (4 chunks of 4 rows for 2 workers and batches of 8),
+    # never the whole shard; every row still comes out once.
+    assert len(first["key"]) == 8 and ahead <= MAX_CHUNK + 1 + 4 * 4
+    assert len(taken) == 400 and sum(len(b["key"]) for b in rest) == 392
 
 
 # --- how many workers -----------------------------------------------------------------------------

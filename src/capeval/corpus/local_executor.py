@@ -1,8 +1,8 @@
 """The local executor of ``score_corpus``: shards scored in this process, or shared by the processes of a launch.
 
-In one process, the pending shards are read (``reader.read_shards``), prepared a window ahead of the model by
-``DecodePool``'s worker processes, scored in batches of ``batch_size`` (``RowScorer.score``) and written, one after
-another. Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending
+In one process, the pending shards are read (``reader.read_shards``) and scored one after another: a shard's rows
+stream from its file, are prepared a bounded window ahead of the model by ``DecodePool``'s worker processes, scored
+in batches of ``batch_size`` (``RowScorer.score``), and only the scores are held until the shard is written. Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending
 shards, each process scores every ``world_size``-th of them on its own device, and the main one summarises; every
 process returns the summary.
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from capeval.corpus.distributed import _raise_if_any_failed
-from capeval.corpus.reader import read_shards
+from capeval.corpus.reader import ShardReadError, read_shards
 from capeval.corpus.row_batches import DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run_folder import claimed_output
@@ -58,10 +58,14 @@ def _torch_threads(count: int) -> Iterator[None]:
 
 
 def score_shard_locally(
-    scorer: RowScorer, rows: list, batch_size: int, decode: DecodePool | None = None
+    scorer: RowScorer, rows: Iterable, batch_size: int, decode: DecodePool | None = None
 ) -> dict[str, Any]:
-    """Score one shard's rows in batches of ``batch_size`` in this process, ``decode``'s workers preparing them
-    ahead of the model (None: each batch prepared here when it is needed)."""
+    """Score one shard's rows in batches of ``batch_size`` in this process, as they are read, ``decode``'s workers
+    preparing them ahead of the model (None: each batch prepared here when it is needed).
+
+    Returns:
+        dict: the scored columns of the whole shard (``RowScorer.score``'s, joined).
+    """
     with DecodePool(0) if decode is None else contextlib.nullcontext(decode) as pool:
         batches = pool.batches(rows, scorer.image_size, batch_size)
         return concat_batches([scorer.score(batch) for batch in batches])
@@ -101,15 +105,18 @@ def execute_locally(
     scored_rows = 0
     bar = _progress_bar(plan.progress, len(pending))
     with DecodePool(workers) as decode, _torch_threads(threads) if threads else contextlib.nullcontext():
-        for shard, rows, why in read_shards(pending, plan.columns, plan.corpus.streamed):
+        for shard, stream, why in read_shards(pending, plan.columns, plan.corpus.streamed):
+            if why is None:
+                try:
+                    scored = score_shard_locally(scorer, stream.rows, plan.batch_size, decode)
+                except ShardReadError as err:  # the shard failed part-way: none of its rows is kept
+                    why = str(err)
+                else:
+                    scored_rows += len(scored["index"])
+                    write_shard_output(output, shard.name, scored, scorer.columns(), plan.embeddings,
+                                       records[shard.name], late_errors=stream.late_errors)  # fmt: skip
             if why is not None:
                 failed[shard.name] = why
-            else:
-                scored = score_shard_locally(scorer, rows, plan.batch_size, decode)
-                scored_rows += len(rows)
-                write_shard_output(
-                    output, shard.name, scored, scorer.columns(), plan.embeddings, records[shard.name]
-                )
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(rows=bar.format_sizeof(scored_rows), refresh=False)

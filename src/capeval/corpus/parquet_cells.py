@@ -68,20 +68,32 @@ class CheckedParquet:
         self._leaves = _leaf_columns(self.schema, [c.path for c in columns])
 
     def column(self, name: str):
+        """The whole column ``name``: its row groups' checked cells, joined."""
         import pyarrow as pa
 
-        field = self.schema.field(name)
-        chunks, start = [], 0
+        chunks = [chunk for _, group in self.row_groups([name]) for chunk in group[name].chunks]
+        return pa.chunked_array(chunks, type=self.schema.field(name).type)
+
+    def row_groups(self, names: list[str]):
+        """The columns ``names`` one row group at a time: ``(first row, {name: ChunkedArray})``, in order, so that a
+        reader holds one row group of the file at once. A refused column chunk reads as nulls, its rows' problem
+        in ``problems``."""
+        import pyarrow as pa
+
+        start = 0
         for group in range(self.metadata.num_row_groups):
             rows = self.metadata.row_group(group).num_rows
-            read, problem = self._read(name, group, start, rows, field.type)
-            if problem is not None:
-                for row in range(start, start + rows):
-                    self.problems.setdefault(row, problem)
-                read = [pa.nulls(rows, field.type)]
-            chunks += read
+            columns = {}
+            for name in names:
+                kind = self.schema.field(name).type
+                read, problem = self._read(name, group, start, rows, kind)
+                if problem is not None:
+                    for row in range(start, start + rows):
+                        self.problems.setdefault(row, problem)
+                    read = [pa.nulls(rows, kind)]
+                columns[name] = pa.chunked_array(read, type=kind)
+            yield start, columns
             start += rows
-        return pa.chunked_array(chunks, type=field.type)
 
     def _read(self, name: str, group: int, start: int, rows: int, dense_type):
         """One row group of a column, checked: ``(arrays, None)``, or ``(None, why it is refused)``."""

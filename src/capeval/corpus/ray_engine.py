@@ -27,6 +27,7 @@ functions prepare and score every row.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import pickle
 import warnings
@@ -40,7 +41,7 @@ import numpy as np
 from capeval.corpus.reader import rows_or_why
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import write_shard_output
-from capeval.corpus.shards import Shard
+from capeval.corpus.shards import Shard, ShardReadError
 
 CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran
 READ_TASK_RETRIES = 3  # a read task is re-run when its worker dies (a node lost); -1 would retry forever
@@ -61,12 +62,13 @@ def _import_ray():
 def read_and_prepare(
     batch: dict[str, np.ndarray], columns: dict[str, Any], batch_size: int, image_size: int, datasets: dict
 ):
-    """Read task: one shard's rows (``reader.rows_or_why``, as the local executor reads them), prepared in
-    batches (plain columns Ray can move).
+    """Read task: one shard's rows as they are read (``reader.rows_or_why``, as the local executor reads them),
+    prepared ``batch_size`` at a time (plain columns Ray can move), so a task holds one batch of the shard at once.
 
-    Every batch carries ``shard_rows`` (the shard's row count, so the driver knows when a shard is whole)
-    and ``failure`` (why the shard could not be read, on a single placeholder row; else None). ``datasets``
-    holds the object references of the ``datasets`` datasets the shards name (each put in the object store once).
+    After the rows comes a one-row end marker (row index -1) carrying ``shard_rows``, the shard's row count, so the
+    driver knows when the shard is whole, and ``late_errors`` (``reader.ShardRows``); a shard that cannot be read,
+    at its start or part-way, gives a marker whose ``failure`` says why instead. ``datasets`` holds the object
+    references of the ``datasets`` datasets the shards name (each put in the object store once).
     """
     import ray
 
@@ -74,12 +76,19 @@ def read_and_prepare(
         shard = pickle.loads(blob)
         if shard.kind == "datasets":
             shard = replace(shard, dataset=ray.get(datasets[shard.dataset]))
-        rows, failure = rows_or_why(shard, columns)
+        stream, failure = rows_or_why(shard, columns)
         if failure is not None:
-            yield _failure_batch(shard.name, failure, image_size)
+            yield _marker(shard.name, image_size, failure=failure)
             continue
-        for s in range(0, len(rows), batch_size):
-            yield _to_ray(prepare_rows(rows[s : s + batch_size], image_size), len(rows))
+        count = 0
+        try:
+            while rows := list(itertools.islice(stream.rows, batch_size)):
+                yield _to_ray(prepare_rows(rows, image_size))
+                count += len(rows)
+        except ShardReadError as err:  # part-way: the driver drops the rows it has of this shard
+            yield _marker(shard.name, image_size, failure=str(err))
+            continue
+        yield _marker(shard.name, image_size, rows=count, late_errors=stream.late_errors)
 
 
 def _text(values) -> np.ndarray:
@@ -91,7 +100,8 @@ def _text(values) -> np.ndarray:
     return column
 
 
-_TEXT_COLUMNS = ("key", "shard", "caption", "references", "origin", "error", "failure")
+_TEXT_COLUMNS = ("key", "shard", "caption", "references", "origin", "error", "failure", "late_errors")
+_MARKER_COLUMNS = ("shard_rows", "failure", "late_errors")  # what the read stage tells the driver, not rows
 
 
 def _received(column) -> list[str | None]:
@@ -100,7 +110,12 @@ def _received(column) -> list[str | None]:
     return [v if isinstance(v, str) else None for v in column]
 
 
-def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
+def _marker(
+    shard_name: str, size: int, *, failure: str | None = None, rows: int = -1, late_errors: dict | None = None
+) -> dict[str, Any]:
+    """A shard's one-row marker (row index -1, never scored): its end (``rows`` read, ``late_errors``), or why it
+    could not be read (``failure``)."""
+    late = None if failure is not None else json.dumps({str(k): v for k, v in (late_errors or {}).items()})
     return {
         "key": _text([None]),
         "shard": _text([shard_name]),
@@ -110,12 +125,13 @@ def _failure_batch(shard_name: str, failure: str, size: int) -> dict[str, Any]:
         "origin": _text([None]),
         "error": _text([failure]),
         "pixels": np.zeros((1, size, size, 3), dtype=np.uint8),
-        "shard_rows": np.array([0], dtype=np.int64),
+        "shard_rows": np.array([rows], dtype=np.int64),
         "failure": _text([failure]),
+        "late_errors": _text([late]),
     }
 
 
-def _to_ray(prepared: dict[str, Any], shard_rows: int) -> dict[str, Any]:
+def _to_ray(prepared: dict[str, Any]) -> dict[str, Any]:
     n = len(prepared["key"])
     out = {k: _text(prepared[k]) for k in ("key", "shard", "caption", "error")}
     # Lists of references are ragged: carried as JSON text so every block has the same column types. The
@@ -126,8 +142,9 @@ def _to_ray(prepared: dict[str, Any], shard_rows: int) -> dict[str, Any]:
     )  # dicts: as text
     out["index"] = prepared["index"]
     out["pixels"] = prepared["pixels"]
-    out["shard_rows"] = np.full(n, shard_rows, dtype=np.int64)
+    out["shard_rows"] = np.full(n, -1, dtype=np.int64)
     out["failure"] = _text([None] * n)
+    out["late_errors"] = _text([None] * n)
     return out
 
 
@@ -138,11 +155,10 @@ class ScoreActor:
         self.scorer = RowScorer(metrics, options, embeddings=embeddings)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        # Ray cuts the actors' batches across shards: a failure placeholder may share a batch with other
-        # shards' rows, so it is handled per row, and every column keeps the batch's order.
-        failure = _received(batch["failure"])
-        real = np.array([f is None for f in failure], dtype=bool)
-        out = self._placeholders(batch, len(failure))
+        # Ray cuts the actors' batches across shards: a shard's marker may share a batch with other shards' rows,
+        # so markers are told apart per row, and every column keeps the batch's order.
+        real = np.asarray(batch["index"]) >= 0
+        out = self._placeholders(batch, len(real))
         if real.any():
             prepared = {
                 k: list(_text(_received(batch[k]))[real])
@@ -155,7 +171,8 @@ class ScoreActor:
             for k, v in self.scorer.score(prepared).items():
                 out[k][real] = v if isinstance(v, np.ndarray) else _text(v)
         out["shard_rows"] = batch["shard_rows"]
-        out["failure"] = _text(failure)
+        out["failure"] = _text(_received(batch["failure"]))
+        out["late_errors"] = _text(_received(batch["late_errors"]))
         return out
 
     def _placeholders(self, batch: dict[str, np.ndarray], n: int) -> dict[str, Any]:
@@ -335,43 +352,83 @@ def _retry_limits(ds, **limits: int) -> dict[str, int]:
 def _collect(
     ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict]
 ) -> dict[str, str]:
-    """Gather scored rows per shard on the driver; write each shard when its last row arrives.
+    """Gather scored rows per shard on the driver; write each shard once its end marker and all its rows arrived.
 
-    A block Ray returns may hold rows of several shards, failure placeholders among them (the score stage cuts
-    its batches across shards, and Ray joins its outputs into blocks), so rows are sorted out by their shard.
+    A block Ray returns may hold rows of several shards, markers among them (the score stage cuts its batches
+    across shards, and Ray joins its outputs into blocks), and a shard's rows may arrive after its marker (actors
+    finish out of order), so rows are sorted out by their shard.
     """
-    pending: dict[str, list[dict[str, Any]]] = {}
-    counts: dict[str, int] = {}
-    seen: dict[str, set[int]] = {}
-    failed: dict[str, str] = {}
+    shards = _ShardsInFlight(output, score_columns, embeddings, records)
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         batch.update({k: _text(_received(batch[k])) for k in _TEXT_COLUMNS if k in batch})
-        shards = np.array([str(s) for s in batch["shard"]], dtype=object)
-        live = np.array([f is None for f in batch["failure"]], dtype=bool)
-        for shard, why in zip(shards[~live], batch["failure"][~live], strict=True):
-            failed[shard] = str(why)
-        for shard in dict.fromkeys(shards[live]):
-            mine = live & (shards == shard)
-            # A retried task may deliver a batch twice: each row index is kept once.
-            known = seen.setdefault(shard, set())
-            fresh = np.array([int(i) not in known for i in batch["index"]], dtype=bool) & mine
-            if not fresh.any():
-                continue
-            known.update(int(i) for i in batch["index"][fresh])
-            pending.setdefault(shard, []).append(
-                {k: v[fresh] for k, v in batch.items() if k not in ("shard_rows", "failure")}
-            )
-            counts[shard] = int(batch["shard_rows"][fresh][0])
-            if len(known) == counts[shard]:
-                _write(output, shard, pending.pop(shard), score_columns, embeddings, records[shard])
-    if pending:
-        missing = {s: counts[s] - len(seen[s]) for s in pending}
-        raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")
-    return failed
+        names = np.array([str(s) for s in batch["shard"]], dtype=object)
+        marker = np.asarray(batch["index"]) < 0
+        for p in np.flatnonzero(marker):
+            shards.marked(names[p], batch["failure"][p], int(batch["shard_rows"][p]), batch["late_errors"][p])
+        for name in dict.fromkeys(names[~marker]):
+            mine = ~marker & (names == name)
+            shards.add(name, {k: v[mine] for k, v in batch.items() if k not in _MARKER_COLUMNS})
+    return shards.finish()
 
 
-def _write(
-    output: Path, shard: str, parts: list[dict[str, Any]], score_columns, embeddings: bool, record: dict
-) -> None:
-    rows = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-    write_shard_output(output, shard, rows, score_columns, embeddings, record)
+class _ShardsInFlight:
+    """The driver's rows of the shards not yet written, each written as soon as it is whole."""
+
+    def __init__(self, output: Path, score_columns, embeddings: bool, records: dict[str, dict]) -> None:
+        self.output, self.score_columns, self.embeddings, self.records = (
+            output,
+            score_columns,
+            embeddings,
+            records,
+        )
+        self.parts: dict[str, list[dict[str, Any]]] = {}
+        self.seen: dict[str, set[int]] = {}
+        self.ends: dict[str, tuple[int, dict[int, str]]] = {}
+        self.failed: dict[str, str] = {}
+        self.written: set[str] = set()
+
+    def marked(self, name: str, failure: str | None, rows: int, late: str | None) -> None:
+        if name in self.written:  # a retried read task's marker, after the shard was written from the first
+            return
+        if failure is not None:  # unreadable, at its start or part-way: nothing of it is written
+            self.failed[name] = failure
+            self.parts.pop(name, None)
+        elif name not in self.failed:
+            self.ends[name] = (rows, {int(k): v for k, v in json.loads(late or "{}").items()})
+            self._write_if_whole(name)
+
+    def add(self, name: str, rows: dict[str, np.ndarray]) -> None:
+        if name in self.failed or name in self.written:
+            return
+        # A retried task may deliver a batch twice: each row index is kept once.
+        known = self.seen.setdefault(name, set())
+        fresh = np.array([int(i) not in known for i in rows["index"]], dtype=bool)
+        if fresh.any():
+            known.update(int(i) for i in rows["index"][fresh])
+            self.parts.setdefault(name, []).append({k: v[fresh] for k, v in rows.items()})
+            self._write_if_whole(name)
+
+    def _write_if_whole(self, name: str) -> None:
+        if (
+            name in self.written
+            or name not in self.ends
+            or len(self.seen.get(name, ())) != self.ends[name][0]
+        ):
+            return
+        parts = self.parts.pop(name)
+        rows = {column: np.concatenate([p[column] for p in parts]) for column in parts[0]}
+        write_shard_output(self.output, name, rows, self.score_columns, self.embeddings, self.records[name],
+                           late_errors=self.ends[name][1])  # fmt: skip
+        self.written.add(name)
+
+    def finish(self) -> dict[str, str]:
+        """``{shard: why}`` of the shards that could not be read.
+
+        Raises:
+            RuntimeError: a shard whose rows did not all arrive (rerunning resumes it).
+        """
+        missing = {name: ("end not received" if name not in self.ends else self.ends[name][0] - len(self.seen[name]))
+                   for name in self.parts}  # fmt: skip
+        if missing:
+            raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")
+        return self.failed

@@ -10,6 +10,7 @@ same input gives the same rows, errors included, on each.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -241,48 +242,83 @@ def _field_names(shard: Shard) -> list[str] | None:
     return None
 
 
-def read_shard(shard: Shard, columns: dict[str, Any] | None = None) -> list[ShardRow]:
-    """Every row of ``shard``, in order (an error row for each sample or record that cannot be scored).
+@dataclass
+class ShardRows:
+    """One shard's rows as they are read, for an executor to score as they come.
 
-    ``columns`` is ``choose_columns``' choice (None: each field chosen from this shard's own).
+    Attributes:
+        rows: the rows in order, read as they are iterated (once); an error while reading raises
+            ``ShardReadError`` naming the shard (the rows already given are then not to be kept).
+        late_errors: ``{row index: error}`` known only once the last row is read (a tar key that names two
+            samples), to apply to the rows already scored: complete once ``rows`` is exhausted.
+    """
+
+    rows: Iterator[ShardRow]
+    late_errors: dict[int, str]
+
+
+def stream_shard(shard: Shard, columns: dict[str, Any] | None = None, records=None) -> ShardRows:
+    """The rows of ``shard`` as they are read (an error row for each sample or record that cannot be scored).
+
+    ``columns`` is ``choose_columns``' choice (None: each field chosen from this shard's own); ``records``, a
+    streamed dataset's records of this shard read in order by the caller (``read_shards``). Nothing is read until
+    the rows are iterated.
+    """
+    if columns is None:
+        columns = choose_columns([shard], {})
+    late: dict[int, str] = {}
+    if shard.kind in ROW_SOURCE_KINDS:
+        rows = read_row_shard(shard, columns, records)
+    else:
+        rows = read_file_shard(shard, columns, late)
+    return ShardRows(_named_failures(shard, rows), late)
+
+
+def _named_failures(shard: Shard, rows: Iterator[ShardRow]) -> Iterator[ShardRow]:
+    """``rows``, with an OS error while reading them raised as the shard's ``ShardReadError``."""
+    try:
+        yield from rows
+    except OSError as err:
+        raise ShardReadError(f"shard {shard.name} ({shard.where}) cannot be read: {err}") from err
+
+
+def read_shard(shard: Shard, columns: dict[str, Any] | None = None) -> list[ShardRow]:
+    """Every row of ``shard``, in order, its late errors applied (``stream_shard``, held whole: for tests and
+    small shards; the executors stream).
 
     Raises:
         ShardReadError: the shard cannot be read at all, naming it.
         ValueError: a Parquet shard lacks a chosen column.
     """
-    if columns is None:
-        columns = choose_columns([shard], {})
-    if shard.kind in ROW_SOURCE_KINDS:
-        try:
-            return read_row_shard(shard, columns)
-        except OSError as err:
-            raise ShardReadError(f"shard {shard.name} ({shard.path}) cannot be read: {err}") from err
-    return read_file_shard(shard, columns)
+    stream = stream_shard(shard, columns)
+    rows = list(stream.rows)
+    for index, error in stream.late_errors.items():
+        rows[index].error = error
+    return rows
 
 
-def rows_or_why(
-    shard: Shard, columns: dict[str, Any], records=None
-) -> tuple[list[ShardRow] | None, str | None]:
+def rows_or_why(shard: Shard, columns: dict[str, Any], records=None) -> tuple[ShardRows | None, str | None]:
     """``(rows, None)``, or ``(None, why)`` for a shard that cannot be read or holds no sample: what both executors
-    report of a shard, in the same words.
+    report of a shard, in the same words. Only the first row is read here; the rest are read as iterated.
 
     Args:
-        records: a streamed dataset's records of this shard, already read in order (``read_shards``).
+        records: a streamed dataset's records of this shard, read in order (``read_shards``).
     """
+    stream = stream_shard(shard, columns, records)
     try:
-        rows = read_row_shard(shard, columns, records) if records is not None else read_shard(shard, columns)
+        first = next(stream.rows)
+    except StopIteration:
+        return None, f"shard {shard.where} holds no sample"
     except ValueError as err:  # ShardReadError, or a Parquet shard without the columns
         return None, str(err)
-    if not rows:
-        return None, f"shard {shard.where} holds no sample"
-    return rows, None
+    return ShardRows(itertools.chain([first], stream.rows), stream.late_errors), None
 
 
 def read_shards(
     shards: Sequence[Shard], columns: dict[str, Any], streamed: bool = False
-) -> Iterator[tuple[Shard, list[ShardRow] | None, str | None]]:
+) -> Iterator[tuple[Shard, ShardRows | None, str | None]]:
     """``(shard, rows, None)``, or ``(shard, None, why)`` for a shard that cannot be read (``rows_or_why``), in
-    order.
+    order; each shard's rows are to be read before the next shard is asked for.
 
     A streamed dataset's shards are read from one pass over the stream (each shard's rows where the previous
     one's ended) instead of from the stream's start each time.
@@ -299,27 +335,29 @@ class _StreamCursor:
         self.iterator = None
         self.position = 0
 
-    def records(self, shard: Shard) -> list[dict]:
-        import itertools
-
+    def records(self, shard: Shard) -> Iterator[dict]:
+        """The records of ``shard``'s range, read as iterated (a range before the cursor restarts the stream)."""
         start, stop = shard.span
         if self.iterator is None or start < self.position:
             self.iterator, self.position = iter(shard.dataset), 0
-        for _ in itertools.islice(self.iterator, start - self.position):
-            pass
-        records = list(itertools.islice(self.iterator, stop - start))
-        self.position = stop
-        return records
+        for record in self.iterator:
+            self.position += 1
+            if self.position > start:
+                yield record
+            if self.position >= stop:
+                return
 
 
 __all__ = [
     "Corpus",
     "EmptySourceError",
     "ShardReadError",
+    "ShardRows",
     "choose_columns",
     "dataset_records",
     "open_corpus",
     "read_shard",
     "read_shards",
     "rows_or_why",
+    "stream_shard",
 ]

@@ -10,62 +10,74 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
-from capeval.corpus.row_sources import csv_dialect, csv_text
+from capeval.corpus.row_sources import csv_dialect
 from capeval.corpus.shards import Shard, ShardRow, id_column
 from capeval.json_files import InputFileError, parse_json
 
+DATASET_BLOCK_ROWS = 256  # a saved dataset's rows are fetched in slices of this many, not a shard at once
 
-def read_row_shard(shard: Shard, columns: dict[str, Any], records=None) -> list[ShardRow]:
-    """Every row of a row-source shard, in order.
+
+def read_row_shard(shard: Shard, columns: dict[str, Any], records=None) -> Iterator[ShardRow]:
+    """The rows of a row-source shard, in order, made as they are iterated.
 
     Args:
         shard: from ``capeval.corpus.row_sources``.
         columns: the fields read (``caption``, ``image``, ``references``, ``id``), as ``choose_columns`` chose.
-        records: the shard's records already read (a streamed dataset's, read in order by the caller).
+        records: the shard's records, read in order by the caller (a streamed dataset's).
     """
     if shard.kind == "jsonl":
-        return [_row(shard, columns, *entry) for entry in _jsonl_records(shard)]
-    if shard.kind == "csv":
-        return [_row(shard, columns, *entry) for entry in _csv_records(shard, columns)]
-    if shard.kind == "image_folder":
-        return [_row(shard, columns, *entry) for entry in _folder_records(shard)]
-    if shard.kind == "datasets":
+        entries = _jsonl_records(shard)
+    elif shard.kind == "csv":
+        entries = _csv_records(shard, columns)
+    elif shard.kind == "image_folder":
+        entries = _folder_records(shard)
+    elif shard.kind == "datasets":
         start, stop = shard.span
         if records is None:
             records = dataset_records(shard.dataset, start, stop)
-        return [
-            _row(shard, columns, index, record, f"row {start + index}", str(start + index), None)
+        entries = (
+            (index, record, f"row {start + index}", str(start + index), None)
             for index, record in enumerate(records)
-        ]
-    raise ValueError(f"shard {shard.name} is of kind {shard.kind!r}, not a row source")
+        )
+    else:
+        raise ValueError(f"shard {shard.name} is of kind {shard.kind!r}, not a row source")
+    return (_row(shard, columns, *entry) for entry in entries)
 
 
-def dataset_records(dataset: Any, start: int, stop: int) -> list[dict]:
-    """Rows ``start:stop`` of a dataset as dicts (a streamed one is read from its start)."""
+def dataset_records(dataset: Any, start: int, stop: int) -> Iterator[dict]:
+    """Rows ``start:stop`` of a dataset as dicts, fetched ``DATASET_BLOCK_ROWS`` at a time (a streamed one is read
+    from its start)."""
     import datasets
 
-    if isinstance(dataset, datasets.Dataset):
-        block = dataset[start:stop]
-        return [{c: block[c][k] for c in block} for k in range(stop - start)]
-    return list(itertools.islice(iter(dataset), start, stop))
+    if not isinstance(dataset, datasets.Dataset):
+        yield from itertools.islice(iter(dataset), start, stop)
+        return
+    for first in range(start, stop, DATASET_BLOCK_ROWS):
+        last = min(stop, first + DATASET_BLOCK_ROWS)
+        block = dataset[first:last]
+        for k in range(last - first):
+            yield {c: block[c][k] for c in block}
 
 
-def _span(shard: Shard) -> bytes:
+def _span_lines(shard: Shard) -> Iterator[bytes]:
+    """The lines of the shard's span of its file, read one at a time (spans start and end at line ends)."""
     start, stop = shard.span
     with open(shard.path, "rb") as fh:
         fh.seek(start)
-        return fh.read(stop - start)
+        while fh.tell() < stop and (line := fh.readline()):
+            yield line
 
 
 def _jsonl_records(shard: Shard):
     """``(index, record, where, default key, base)`` of each non-blank line of the shard's bytes."""
     base = str(shard.path.parent)
     index = 0
-    for lineno, line in enumerate(_span(shard).splitlines(keepends=True), shard.first_row):
+    for lineno, line in enumerate(_span_lines(shard), shard.first_row):
         if not line.strip():
             continue
         where = f"{shard.path.name} line {lineno}"
@@ -85,7 +97,8 @@ def _csv_records(shard: Shard, columns: dict[str, Any]):
 
     base = str(shard.path.parent)
     header = list(shard.fields)
-    text = csv_text(_span(shard))
+    # Lines as the listing cut them (csv_shards); a data span never starts at the file's byte-order mark.
+    text = (line.decode("utf-8") for line in _span_lines(shard))
     reader = csv.reader(text, dialect=csv_dialect(shard.path))
     index, next_line = 0, shard.first_row
     for values in reader:

@@ -13,7 +13,7 @@ import itertools
 import multiprocessing
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -70,11 +70,12 @@ class DecodePool:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def batches(self, rows: Sequence[Any], image_size: int, batch_size: int) -> Iterator[dict[str, Any]]:
-        """``prepare_rows`` over consecutive batches of ``batch_size`` rows, in order.
+    def batches(self, rows: Iterable[Any], image_size: int, batch_size: int) -> Iterator[dict[str, Any]]:
+        """``prepare_rows`` over consecutive batches of ``batch_size`` rows, in order, taking rows from ``rows`` only
+        a bounded window ahead of the batch given out (a shard is never held whole).
 
         Args:
-            rows: one shard's ``ShardRow``s.
+            rows: one shard's ``ShardRow``s, as they are read.
             image_size: the backbone's input size.
             batch_size: rows per yielded batch (the last may be shorter).
 
@@ -83,23 +84,31 @@ class DecodePool:
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if self._pool is None or len(rows) <= MAX_CHUNK:
-            for start in range(0, len(rows), batch_size):
-                yield prepare_rows(rows[start : start + batch_size], image_size)
+        rows = iter(rows)
+        head = list(itertools.islice(rows, MAX_CHUNK + 1))
+        if self._pool is None or len(head) <= MAX_CHUNK:  # a few rows: sent to no worker
+            rows = itertools.chain(head, rows)
+            while batch := list(itertools.islice(rows, batch_size)):
+                yield prepare_rows(batch, image_size)
             return
         chunk = max(1, min(MAX_CHUNK, -(-batch_size // self.workers)))
-        starts = iter(range(0, len(rows), chunk))
+        rows = itertools.chain(head, rows)
         ahead = max(2 * self.workers, -(-2 * batch_size // chunk))  # chunks decoding while the model scores
         futures: deque = deque()
         pending: list[dict[str, Any]] = []
         held = 0
+
+        def submit() -> None:
+            part = list(itertools.islice(rows, chunk))
+            if part:
+                futures.append(self._pool.submit(prepare_rows, part, image_size))
+
         try:
-            for start in itertools.islice(starts, ahead):
-                futures.append(self._pool.submit(prepare_rows, rows[start : start + chunk], image_size))
+            for _ in range(ahead):
+                submit()
             while futures:
                 piece = futures.popleft().result()
-                for start in itertools.islice(starts, 1):
-                    futures.append(self._pool.submit(prepare_rows, rows[start : start + chunk], image_size))
+                submit()
                 pending.append(piece)
                 held += len(piece["key"])
                 while held >= batch_size:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,8 +255,3 @@ def empty_files_message(files: list[Path]) -> str:
     return (
         f"no rows to score: {sizes}{more} {what} (a corpus file holds one row per line, CSV after a header)"
     )
-
-
-def csv_text(data: bytes) -> io.StringIO:
-    """A CSV shard's bytes as text for ``csv.reader`` (UTF-8, a byte-order mark at the file's start dropped)."""
-    return io.StringIO(data.decode("utf-8-sig"), newline="")

@@ -86,15 +86,20 @@ def write_shard_output(
     score_columns: Sequence[str],
     embeddings: bool,
     source: dict,
+    late_errors: dict[int, str] | None = None,
 ) -> Path:
     """Write one shard's rows (columns as ``RowScorer.score`` returns them, concatenated) atomically.
 
     Args:
         source: ``input_record`` of the shard, taken before it was read.
+        late_errors: ``{row index: error}`` found once the whole shard was read (``reader.ShardRows``): those rows
+            are written as error rows, their scores and embeddings null.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if late_errors:
+        rows = _with_errors(rows, late_errors, score_columns)
     schema = output_schema(score_columns, embeddings)
     order = np.argsort(np.asarray(rows["index"]), kind="stable")
     # Each row's origin (a dict, JSON text from Ray, or None) as one column per field.
@@ -125,6 +130,20 @@ def write_shard_output(
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
+
+
+def _with_errors(
+    rows: dict[str, Any], errors: dict[int, str], score_columns: Sequence[str]
+) -> dict[str, Any]:
+    """``rows`` with the rows of the indices in ``errors`` made error rows (their error set, their scores NaN)."""
+    place = {int(index): p for p, index in enumerate(rows["index"])}
+    error = list(rows["error"])
+    scores = {c: np.array(rows[c], dtype=np.float64) for c in score_columns}
+    for index, why in errors.items():
+        error[place[index]] = why
+        for values in scores.values():
+            values[place[index]] = np.nan
+    return {**rows, "error": error, **scores}
 
 
 def _origin(value) -> dict:

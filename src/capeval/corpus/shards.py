@@ -120,50 +120,69 @@ def list_shards(
     ]
 
 
-def read_file_shard(shard: Shard, columns: dict[str, Any]) -> list[ShardRow]:
-    """Every sample of a tar or Parquet shard, in the shard's order.
+def read_file_shard(
+    shard: Shard, columns: dict[str, Any], late: dict[int, str] | None = None
+) -> Iterator[ShardRow]:
+    """The samples of a tar or Parquet shard, one at a time, in the shard's order.
+
+    A tar is read as it streams, one sample at a time; a Parquet file one row group at a time. Whether a tar's key
+    names two samples is known only at its end: ``late`` (when given) then receives ``{row index: error}`` for the
+    rows whose key another sample of the shard also has, which the caller applies to rows already yielded
+    (``reader.ShardStream``).
 
     Args:
         shard: from ``list_shards``.
         columns: ``choose_columns``' choice: Parquet's ``caption``, ``image``, ``references`` and ``id`` columns (a
             tar's are its ``.txt`` and image members, and its ``.json`` sidecar's ``references``).
+        late: filled with the errors found at the shard's end.
 
     Raises:
         ShardReadError: the shard cannot be opened or parsed at all.
         ValueError: a Parquet shard lacks a caption or image column (the message lists its columns).
     """
     if shard.kind == "webdataset":
-        return list(_read_tar(shard))
-    return list(_read_parquet(shard, columns))
+        return _read_tar(shard, {} if late is None else late)
+    return _read_parquet(shard, columns)
 
 
-def _read_tar(shard: Shard) -> Iterator[ShardRow]:
+def _read_tar(shard: Shard, late: dict[int, str]) -> Iterator[ShardRow]:
     wanted = (*IMAGE_EXTENSIONS, CAPTION_EXTENSION, "json")
+    # Per key: (row, its members, whether the row may take the repeated-key error): a few bytes per sample,
+    # kept so that a key found again later refuses every row that has it.
+    rows_of_key: dict[str, list[tuple[int, str, bool]]] = {}
     try:
         with shard.open() as fh:
-            samples = list(tar_samples(fh, wanted, MAX_MEMBER_BYTES))
+            for index, sample in enumerate(tar_samples(fh, wanted, MAX_MEMBER_BYTES)):
+                # A problem of the tar itself (a repeated field, a cut member) comes before the key's repetition,
+                # the sample's own content after it.
+                rows_of_key.setdefault(sample.key, []).append(
+                    (index, _member_names(sample), sample.problem is None)
+                )
+                yield _sample_row(shard, index, sample)
     except TarUnreadable as err:
         raise ShardReadError(f"shard {shard.where} is not a readable tar file: {err}") from err
     except OSError as err:  # a file gone, a remote read or a pipe: command that failed
         raise ShardReadError(f"shard {shard.where} cannot be read: {err}") from err
-    rows_of_key: dict[str, list[int]] = {}
-    for index, sample in enumerate(samples):
-        rows_of_key.setdefault(sample.key, []).append(index)
-    for index, sample in enumerate(samples):
-        repeated = rows_of_key[sample.key]
-        if len(repeated) > 1:
-            sample.refuse(
-                f"key {sample.key} names {len(repeated)} samples of this shard (rows {repeated}; members "
-                f"{_member_names(sample)}): WebDataset reads each as a sample of its own, and scores are keyed by "
-                "key, so none of them is scored"
-            )
-        try:
-            yield _tar_row(shard, index, sample)
-        except Exception as err:  # one sample's content never ends the run: its row says what happened
-            problem = f"sample {sample.key} is unreadable ({type(err).__name__}: {err})"
-            yield ShardRow(
-                key=sample.key, shard=shard.name, index=index, caption=None, image=None, error=problem
-            )
+    for key, rows in rows_of_key.items():
+        if len(rows) > 1:
+            indices = [index for index, _, _ in rows]
+            for index, members, free in rows:
+                if free:
+                    late[index] = (
+                        f"key {key} names {len(rows)} samples of this shard (rows {indices}; members {members}): "
+                        "WebDataset reads each as a sample of its own, and scores are keyed by key, so none of "
+                        "them is scored"
+                    )
+
+
+def _sample_row(shard: Shard, index: int, sample: TarSample) -> ShardRow:
+    try:
+        return _tar_row(shard, index, sample)
+    except Exception as err:  # one sample's content never ends the run: its row says what happened
+        problem = f"sample {sample.key} is unreadable ({type(err).__name__}: {err})"
+        return ShardRow(
+            key=sample.key, shard=shard.name, index=index, caption=None, image=None, error=problem
+        )
 
 
 def _member_names(sample: TarSample) -> str:
@@ -265,23 +284,44 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
     image_col = pick_column(columns, chosen.get("image"), (*IMAGE_COLUMNS, *PATH_COLUMNS), "image", shard)
     key_col = id_column(columns, chosen.get("id"))
     refs_col = chosen.get("references") or "references"
-    captions = table.column(caption_col).to_pylist()
-    images = table.column(image_col).to_pylist()
-    keys = (
-        table.column(key_col).to_pylist() if key_col else [f"{shard.name}/{i}" for i in range(len(captions))]
-    )
-    refs = table.column(refs_col).to_pylist() if refs_col in columns else [None] * len(captions)
     # img2dataset's Parquet output: where each sample came from, and whether it was downloaded at all.
-    extra = {
-        c: table.column(c).to_pylist() for c in (*ORIGIN_FIELDS, "status", "error_message") if c in columns
-    }
-    base = shard.path.parent if shard.path is not None else None
-    for index, (key, caption, image, references) in enumerate(zip(keys, captions, images, refs, strict=True)):
-        key, problem = key_problem(key, f"row {index} of column {key_col!r}")
+    extra = [c for c in (*ORIGIN_FIELDS, "status", "error_message") if c in columns]
+    names = [caption_col, image_col, *([key_col] if key_col else []), *([refs_col] if refs_col in columns else []),
+             *extra]  # fmt: skip
+    fields = _ParquetFields(shard, caption_col, image_col, key_col)
+    for start, group in table.row_groups(list(dict.fromkeys(names))):
+        values = {name: column.to_pylist() for name, column in group.items()}
+        count = len(values[caption_col])
+        keys = values[key_col] if key_col else [f"{shard.name}/{start + i}" for i in range(count)]
+        refs = values.get(refs_col, [None] * count)
+        for i in range(count):
+            index = start + i
+            recorded = {c: values[c][i] for c in extra}
+            row = fields.row(index, keys[i], values[caption_col][i], values[image_col][i], refs[i], recorded)
+            if index in table.problems:
+                row.error = f"row {row.key if row.key is not None else index}: {table.problems[index]}"
+            yield row
+
+
+@dataclass(frozen=True)
+class _ParquetFields:
+    """How one Parquet shard's cells make a row: its shard and the columns read."""
+
+    shard: Shard
+    caption_col: str
+    image_col: str
+    key_col: str | None
+
+    def row(
+        self, index: int, key: Any, caption: Any, image: Any, references: Any, recorded: dict
+    ) -> ShardRow:
+        shard = self.shard
+        key, problem = key_problem(key, f"row {index} of column {self.key_col!r}")
         where = f"row {key if key is not None else index}"
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
         if isinstance(image, str) and not os.path.isabs(image):
+            base = shard.path.parent if shard.path is not None else None
             if base is None and problem is None:  # a remote shard has no folder to read a relative path in
                 problem = (
                     f"{where} names its image by a relative path ({image!r:.80}) in a shard at {shard.where}"
@@ -290,20 +330,18 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
                 str(base / image) if base is not None else None
             )  # relative to the shard, as in a JSONL corpus
         if problem is None and (image is None or image == b""):
-            problem = f"{where} has no image in column {image_col!r}"
-        recorded = {c: values[index] for c, values in extra.items()}
+            problem = f"{where} has no image in column {self.image_col!r}"
         problem = _download_problem(recorded, where) or problem
-        problem = problem or caption_problem(caption, where, f" in column {caption_col!r}")
+        problem = problem or caption_problem(caption, where, f" in column {self.caption_col!r}")
         references, refs_issue = references_problem(references, where)
         origin, origin_issue = origin_fields(recorded, where)
-        problem = problem or refs_issue or origin_issue
-        yield ShardRow(
+        return ShardRow(
             key=key,
             shard=shard.name,
             index=index,
             caption=caption if isinstance(caption, str) else None,
             image=image,
-            error=f"{where}: {table.problems[index]}" if index in table.problems else problem,
+            error=problem or refs_issue or origin_issue,
             references=references,
             origin=origin,
         )
