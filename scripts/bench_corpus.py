@@ -9,11 +9,18 @@ of the tree, and the CPU seconds of the whole tree per 1,000 rows. The shards ar
     PYTHONPATH=src python scripts/bench_corpus.py                    # 2 shards of 1,000 and of 10,000 samples
         # executors: local, local with OMP_NUM_THREADS=1, ray
     PYTHONPATH=src python scripts/bench_corpus.py --sizes 200 --repeats 1 --executors local
+    PYTHONPATH=src python scripts/bench_corpus.py --background-load 1 --executors local local-1-thread
+        # a shared host: another process keeps one core busy throughout
+
+Peak RSS counts the pages of files and of shared memory a process maps; Ray's object store is shared memory that
+every process reading or writing an object maps, so a Ray worker's RSS also shows the objects it passed on. The
+private columns (``RssAnon``) are each process's own memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -93,6 +100,39 @@ def _private(pid: int, memory) -> int:
     return memory.rss
 
 
+def _print_ratios(results: list[dict]) -> None:
+    """Each executor's rows/s against the local run with one thread, and each peak RSS at the largest shard size
+    against the smallest."""
+    by = {(r["samples_per_shard"], r["executor"]): r for r in results}
+    sizes = sorted({size for size, _ in by})
+    for (size, executor), r in by.items():
+        peer = by.get((size, "local-1-thread"))
+        if peer and executor != "local-1-thread":
+            print(
+                f"{size:,}/shard: {executor} rows/s = {r['rows_per_s'] / peer['rows_per_s']:.2f}x local-1-thread"
+            )
+    for executor in dict.fromkeys(e for _, e in by):
+        small, large = by.get((sizes[0], executor)), by.get((sizes[-1], executor))
+        if small and large and small is not large:
+            for key in ("driver_rss_mib", "worker_rss_mib", "driver_private_mib", "worker_private_mib"):
+                if small[key]:
+                    print(
+                        f"{executor}: {key} at {sizes[-1]:,}/shard = {large[key] / small[key]:.3f}x {sizes[0]:,}/shard"
+                    )
+
+
+@contextlib.contextmanager
+def background_load(processes: int):
+    """``processes`` other processes, each keeping one core busy, for the time of the block."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="samples per shard")
@@ -100,6 +140,7 @@ def main() -> None:
     parser.add_argument("--executors", nargs="+", default=["local", "local-1-thread", "ray"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--background-load", type=int, default=0, help="processes spinning beside each run")
     parser.add_argument("--json", type=Path, default=None, help="also write the table here")
     args = parser.parse_args()
 
@@ -109,21 +150,25 @@ def main() -> None:
         source = work / f"in-{size}"
         write_shapes_shards(source, args.shards, size, image_size=(64, 64))
         for executor in args.executors:
-            runs = [
-                run_once(source, work / f"out-{size}-{executor}-{k}", executor, args.batch_size)
-                for k in range(args.repeats)
-            ]
+            with background_load(args.background_load):
+                runs = [
+                    run_once(source, work / f"out-{size}-{executor}-{k}", executor, args.batch_size)
+                    for k in range(args.repeats)
+                ]
             row = {"samples_per_shard": size, "executor": executor}
             row.update({key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "rows"})
             results.append(row)
             print(json.dumps(row), flush=True)
+    load = f", {args.background_load} core(s) kept busy beside" if args.background_load else ""
     print(f"\n{args.shards} shards per run, 64x64 JPEG, shapes CLIP, batch {args.batch_size}, "
-          f"median of {args.repeats}, {psutil.cpu_count()} cores")  # fmt: skip
-    print(f"{'samples/shard':>13} {'executor':14} {'rows/s':>8} {'driver MiB':>10} {'worker MiB':>10} "
-          f"{'CPU-s/1k rows':>13}")  # fmt: skip
+          f"median of {args.repeats}, {psutil.cpu_count()} cores{load}")  # fmt: skip
+    print(f"{'samples/shard':>13} {'executor':14} {'rows/s':>8} {'driver MiB':>10} {'(private)':>9} "
+          f"{'worker MiB':>10} {'(private)':>9} {'CPU-s/1k rows':>13}")  # fmt: skip
     for r in results:
         print(f"{r['samples_per_shard']:>13,} {r['executor']:14} {r['rows_per_s']:8.1f} {r['driver_rss_mib']:10.0f} "
-              f"{r['worker_rss_mib']:10.0f} {r['cpu_s_per_1000_rows']:13.2f}")  # fmt: skip
+              f"{r['driver_private_mib']:9.0f} {r['worker_rss_mib']:10.0f} {r['worker_private_mib']:9.0f} "
+              f"{r['cpu_s_per_1000_rows']:13.2f}")  # fmt: skip
+    _print_ratios(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

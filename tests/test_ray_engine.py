@@ -315,6 +315,24 @@ def test_actor_pool_leaves_cpus_to_the_reads_without_gpus_or_when_the_cpu_is_ask
     assert ray_engine._actor_pool(0, {}, size=3).size == 3
 
 
+def test_ray_data_runs_with_blocks_of_a_batch_and_a_bounded_run_ahead_then_the_callers_settings_back():
+    import ray
+
+    context = ray.data.DataContext.get_current()
+    before = (context.target_max_block_size, context.enable_progress_bars, context.execution_options)
+    block = ray_engine.batch_bytes(64, 224)  # 64 prepared 224 px pictures: 9.2 MiB
+    assert block == 64 * 224 * 224 * 3
+    with ray_engine._data_context(ray, block, actors=2):
+        assert context.target_max_block_size == block + block // 4
+        assert context.enable_progress_bars is False
+        limit = context.execution_options.resource_limits.object_store_memory
+        assert limit == ray_engine.BLOCKS_IN_FLIGHT * (block + block // 4) * 2
+    with ray_engine._data_context(ray, 1000, actors=1):  # tiny batches: Ray Data's floors
+        assert context.target_max_block_size == ray_engine.MIN_BLOCK_BYTES
+        assert context.execution_options.resource_limits.object_store_memory == ray_engine.MIN_IN_FLIGHT_BYTES
+    assert (context.target_max_block_size, context.enable_progress_bars, context.execution_options) == before
+
+
 def test_load_failure_keeps_the_last_line_of_rays_traceback_with_the_metrics_model_and_device():
     err = RuntimeError("Traceback (most recent call last):\n  File x\nOSError: no model at /m\n\n")
     failure = ray_engine._load_failure(err, ["clipscore"], "/m", "cuda")

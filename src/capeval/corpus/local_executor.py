@@ -2,23 +2,24 @@
 
 In one process, the pending shards are read (``reader.read_shards``) and scored one after another: a shard's rows
 stream from its file, are prepared a bounded window ahead of the model by ``DecodePool``'s worker processes, scored
-in batches of ``batch_size`` (``RowScorer.score``), and only the scores are held until the shard is written. Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending
-shards, each process scores every ``world_size``-th of them on its own device, and the main one summarises; every
-process returns the summary.
+in batches of ``batch_size`` (``RowScorer.score``), and only the scores are held until the shard is written.
+Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending shards, each
+process scores every ``world_size``-th of them on its own device, and the main one summarises; every process
+returns the summary.
 
-The cores are shared, not oversubscribed: the model's torch threads take the cores the decoding workers leave
-(``torch_threads``), within the cores this process may run on (its CPU affinity, which a container or
-``taskset`` sets) and the threads torch was given, so that neither waits on the other's threads.
+The cores are shared, not oversubscribed: on the CPU, the model's torch threads are set before each shard to the
+cores the decoding workers and other processes leave (``capeval.corpus.cpu_share``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.cpu_share import FIRST_LOOK_SECONDS, CoreLoad, torch_threads
 from capeval.corpus.distributed import _raise_if_any_failed
 from capeval.corpus.reader import ShardReadError, read_shards
 from capeval.corpus.row_batches import DecodePool, default_decode_workers
@@ -28,31 +29,28 @@ from capeval.corpus.run_plan import pending_shards, score_pending, summarise
 from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS tells it, else every core)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def torch_threads(decode_workers: int, processes: int = 1) -> int:
-    """The model's torch threads: this process's share of the usable cores, less one per decoding worker, at
-    least one, and never more than torch was given (``OMP_NUM_THREADS``, ``torch.set_num_threads``)."""
-    import torch
-
-    share = usable_cores() // max(1, processes) - decode_workers
-    return max(1, min(torch.get_num_threads(), share))
-
-
 @contextlib.contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
+def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> Iterator[Callable[[], None]]:
+    """On the CPU, a function setting torch's threads before each shard (``cpu_share.torch_threads``: the cores
+    left by the decoding workers and by other processes over the last shard); torch's own count restored after.
+    Elsewhere (a GPU) it does nothing. In a launch of several processes the other processes' load is not watched:
+    it is the launch's own."""
     import torch
 
+    if device.type != "cpu":
+        yield lambda: None
+        return
     before = torch.get_num_threads()
-    torch.set_num_threads(count)
+    load = CoreLoad(decode.pids) if processes == 1 else None
+    if load is not None:
+        time.sleep(FIRST_LOOK_SECONDS)
+
+    def set_threads() -> None:
+        busy = load.busy_elsewhere() if load is not None else 0.0
+        torch.set_num_threads(torch_threads(workers, processes, busy))
+
     try:
-        yield
+        yield set_threads
     finally:
         torch.set_num_threads(before)
 
@@ -100,12 +98,12 @@ def execute_locally(
     """Read, score and write ``pending`` shards in this process; returns ``{shard: why}`` for those not read."""
     device = scorer.scorers[scorer.metrics[0]].backbone.device
     workers = plan.num_workers if plan.num_workers is not None else default_decode_workers(device)
-    threads = torch_threads(workers, processes) if device.type == "cpu" else None
     failed: dict[str, str] = {}
     scored_rows = 0
     bar = _progress_bar(plan.progress, len(pending))
-    with DecodePool(workers) as decode, _torch_threads(threads) if threads else contextlib.nullcontext():
+    with DecodePool(workers) as decode, _torch_threads(device, workers, processes, decode) as set_threads:
         for shard, stream, why in read_shards(pending, plan.columns, plan.corpus.streamed):
+            set_threads()
             if why is None:
                 try:
                     scored = score_shard_locally(scorer, stream.rows, plan.batch_size, decode)

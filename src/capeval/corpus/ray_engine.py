@@ -26,12 +26,14 @@ functions prepare and score every row.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 import itertools
 import json
 import pickle
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import write_shard_output
 from capeval.corpus.shards import Shard, ShardReadError
 
+MIN_BLOCK_BYTES = 1024 * 1024  # Ray Data's own floor for a block (DEFAULT_TARGET_MIN_BLOCK_SIZE)
+BLOCKS_IN_FLIGHT = 8  # prepared blocks per actor the read tasks may run ahead by, in the object store
+MIN_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 CPU_ACTOR_CPUS = 0.5  # measured here: 2 actors x 1 CPU on 2 CPUs hung the reads; 0.5 each ran
 READ_TASK_RETRIES = 3  # a read task is re-run when its worker dies (a node lost); -1 would retry forever
 ACTOR_RESTARTS = -1  # actors are restarted whenever their worker dies: a long run on many nodes loses some
@@ -222,22 +227,59 @@ def run_on_ray(
         return {}
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     pool = _actor_pool(
         ray.cluster_resources().get("GPU", 0), options, size=num_workers, gpus=worker_gpus, cpus=worker_cpus
     )
     reads = {"columns": columns, "batch_size": batch_size, "image_size": image_size}
-    ds = _read_stage(ray, shards, reads)
-    constructor = {"metrics": list(metrics), "embeddings": embeddings}
-    ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
+    with _data_context(ray, batch_bytes(batch_size, image_size), pool.size):
+        ds = _read_stage(ray, shards, reads)
+        constructor = {"metrics": list(metrics), "embeddings": embeddings}
+        ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
+        try:
+            return _collect(ds, output, score_columns, embeddings, records)
+        except ray.exceptions.RayActorError as err:
+            if not getattr(err, "actor_init_failed", False):
+                raise
+            raise _load_failure(err, list(metrics), options.get("model"), pool.options.get("device")) from err
+
+
+def batch_bytes(batch_size: int, image_size: int) -> int:
+    """The size of one prepared batch's pixels (``prepare_rows``: uint8, 3 channels), the bulk of a batch."""
+    return batch_size * image_size * image_size * 3
+
+
+@contextlib.contextmanager
+def _data_context(ray, block_bytes: int, actors: int) -> Iterator[None]:
+    """Ray Data's settings for this run, the caller's restored after it: no progress bars, a failed actor load ends
+    the run, and blocks of about one prepared batch.
+
+    Ray Data joins what a task yields into blocks of up to ``target_max_block_size`` (128 MiB) before handing them
+    on, so a read task held up to 128 MiB of its shard's prepared rows, twice while the block was built, and an
+    actor a block as large: memory that grew with the shard up to that size (measured with
+    ``scripts/bench_corpus.py``). A block of one batch (and a quarter, for the columns beside the pixels) keeps what
+    each holds to a batch, whatever the shard's size.
+    """
+    context = ray.data.DataContext.get_current()
+    settings = {
+        "enable_progress_bars": False,
+        "max_consecutive_actor_init_deaths": ACTOR_INIT_DEATHS,
+        "target_max_block_size": max(MIN_BLOCK_BYTES, block_bytes + block_bytes // 4),
+    }
+    block = settings["target_max_block_size"]
+    limits = context.execution_options.resource_limits
+    settings["execution_options"] = copy.copy(context.execution_options)
+    settings["execution_options"].resource_limits = limits.copy(
+        object_store_memory=min(limits.object_store_memory or float("inf"),
+                                max(MIN_IN_FLIGHT_BYTES, BLOCKS_IN_FLIGHT * block * actors))
+    )  # fmt: skip
+    before = {name: getattr(context, name) for name in settings}
+    for name, value in settings.items():
+        setattr(context, name, value)
     try:
-        return _collect(ds, output, score_columns, embeddings, records)
-    except ray.exceptions.RayActorError as err:
-        if not getattr(err, "actor_init_failed", False):
-            raise
-        raise _load_failure(err, list(metrics), options.get("model"), pool.options.get("device")) from err
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(context, name, value)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,11 @@ class DecodePool:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def pids(self) -> list[int]:
+        """The worker processes' ids (none before the first chunk is sent to them, or without workers)."""
+        processes = getattr(self._pool, "_processes", None) or {}  # ProcessPoolExecutor starts them on demand
+        return list(processes)
+
     def batches(self, rows: Iterable[Any], image_size: int, batch_size: int) -> Iterator[dict[str, Any]]:
         """``prepare_rows`` over consecutive batches of ``batch_size`` rows, in order, taking rows from ``rows`` only
         a bounded window ahead of the batch given out (a shard is never held whole).

@@ -1,0 +1,124 @@
+"""The local executor's torch threads on the CPU: the cores this process may use, less its decoding workers, less
+the cores other processes keep busy (measured from ``/proc/stat``, this process's and its workers' own time taken
+out), set again before each shard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+
+from capeval.corpus import cpu_share, local_executor
+from capeval.corpus.cpu_share import CoreLoad, torch_threads, usable_cores
+from capeval.corpus.run import score_corpus
+from capeval.testing.shapes import shapes_clip_path
+from capeval.testing.shapes_shards import write_shapes_shards
+
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat")
+
+
+@pytest.fixture
+def threads_of_torch():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+# --- the rule ----------------------------------------------------------------------------------------------------
+
+
+def test_threads_are_the_share_of_the_cores_less_workers_and_other_load(monkeypatch, threads_of_torch):
+    monkeypatch.setattr(cpu_share, "usable_cores", lambda: 16)
+    torch.set_num_threads(16)
+    assert torch_threads(0) == 16
+    assert torch_threads(3) == 13
+    assert torch_threads(0, processes=4) == 4
+    assert torch_threads(0, busy_elsewhere=2.6) == 13  # a busy core is a core; 0.4 of one is not
+    assert torch_threads(0, busy_elsewhere=0.4) == 16
+    assert torch_threads(8, busy_elsewhere=12.0) == 1  # at least one
+    torch.set_num_threads(2)  # never more than torch was given (OMP_NUM_THREADS)
+    assert torch_threads(0) == 2
+
+
+def test_usable_cores_are_this_process_affinity():
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert usable_cores() == expected
+
+
+# --- measuring the others' load ----------------------------------------------------------------------------------
+
+
+@linux_only
+def test_a_process_spinning_beside_counts_as_load_unless_it_is_one_of_ours():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started
+        ours, theirs = CoreLoad(lambda: [spinner.pid]), CoreLoad()
+        before = psutil.Process(spinner.pid).cpu_times()
+        start = time.monotonic()
+        time.sleep(1.0)
+        seen_by_ours, seen_by_theirs = ours.busy_elsewhere(), theirs.busy_elsewhere()
+        after = psutil.Process(spinner.pid).cpu_times()
+        spun = (after.user + after.system - before.user - before.system) / (time.monotonic() - start)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    # Over the same second, the two measures differ by the spinner's own use of a core (psutil's reading of it).
+    assert spun > 0.3
+    assert seen_by_theirs - seen_by_ours == pytest.approx(spun, abs=0.15)
+
+
+@linux_only
+def test_this_process_own_work_is_not_load():
+    load = CoreLoad()
+    start = time.process_time()
+    while time.process_time() - start < 0.5:
+        pass
+    load_with_own_work_removed = load.busy_elsewhere()
+    cores = len(os.sched_getaffinity(0))
+    assert 0.0 <= load_with_own_work_removed <= cores - 0.5  # our 0.5 s of one core is not counted
+
+
+def test_without_proc_stat_the_load_is_zero(monkeypatch):
+    monkeypatch.setattr(cpu_share, "_busy_seconds", lambda cores: None)
+    assert CoreLoad().busy_elsewhere() == 0.0
+
+
+# --- the executor ------------------------------------------------------------------------------------------------
+
+
+def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
+    tmp_path, monkeypatch, threads_of_torch
+):
+    loads = iter([0.0, 1.0, 5.0])
+    seen = []
+
+    class FakeLoad:
+        def __init__(self, own_pids):
+            self.own_pids = own_pids
+
+        def busy_elsewhere(self):
+            return next(loads)
+
+    real_score = local_executor.score_shard_locally
+
+    def score(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_score(*args, **kwargs)
+
+    monkeypatch.setattr(local_executor, "CoreLoad", FakeLoad)
+    monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
+    monkeypatch.setattr(local_executor, "score_shard_locally", score)
+    monkeypatch.setattr(cpu_share, "usable_cores", lambda: 4)
+    torch.set_num_threads(4)
+    write_shapes_shards(tmp_path / "in", shards=3, rows_per_shard=2)
+    score_corpus(
+        tmp_path / "in", tmp_path / "out", ["clipscore"], model=str(shapes_clip_path()), device="cpu"
+    )
+    assert seen == [4, 3, 1]
+    assert torch.get_num_threads() == 4  # torch's own count is back after the run
