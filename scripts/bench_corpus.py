@@ -149,14 +149,16 @@ def main() -> None:
     for size in args.sizes:
         source = work / f"in-{size}"
         write_shapes_shards(source, args.shards, size, image_size=(64, 64))
-        for executor in args.executors:
-            with background_load(args.background_load):
-                runs = [
-                    run_once(source, work / f"out-{size}-{executor}-{k}", executor, args.batch_size)
-                    for k in range(args.repeats)
-                ]
+        # Repeats go round the executors, so a change in the host's load over the runs falls on each alike.
+        runs: dict[str, list[dict]] = {executor: [] for executor in args.executors}
+        with background_load(args.background_load):
+            for k in range(args.repeats):
+                for executor in args.executors:
+                    out = work / f"out-{size}-{executor}-{k}"
+                    runs[executor].append(run_once(source, out, executor, args.batch_size))
+        for executor, done in runs.items():
             row = {"samples_per_shard": size, "executor": executor}
-            row.update({key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "rows"})
+            row.update({key: statistics.median(r[key] for r in done) for key in done[0] if key != "rows"})
             results.append(row)
             print(json.dumps(row), flush=True)
     load = f", {args.background_load} core(s) kept busy beside" if args.background_load else ""

@@ -100,9 +100,10 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
 
     class FakeLoad:
         def __init__(self, own_pids):
-            self.own_pids = own_pids
+            self.own_pids, self.looks = own_pids, 0
 
         def busy_elsewhere(self):
+            self.looks += 1
             return next(loads)
 
     real_score = local_executor.score_shard_locally

@@ -235,3 +235,42 @@ def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resume
     ):
         again = score_corpus(f"{prefix}/{{00000..00001}}.tar", tmp_path / "got", model=model)
     assert again.summary["shards_scored_now"] == 1
+
+
+@pytest.mark.slow
+def test_ray_reads_s3_shards_from_its_workers_as_the_local_executor_does(s3, tmp_path, monkeypatch):
+    # Every read task opens its shard on S3 itself: the workers find the endpoint and keys where a user's nodes
+    # would, in their environment (a Ray started after the variables are set passes them on).
+    ray = pytest.importorskip("ray")
+    from capeval.corpus.run import score_corpus
+    from capeval.testing.shapes import shapes_clip_path
+    from capeval.testing.shapes_shards import write_shapes_shards
+    from tests.test_corpus import read_scores
+
+    put, prefix, options = s3
+    for name, value in (("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"]),
+                        ("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    write_shapes_shards(tmp_path / "local", shards=3, rows_per_shard=4, damaged=True)
+    for tar in sorted((tmp_path / "local").glob("*.tar")):
+        put(tar.name, tar.read_bytes())
+    model = str(shapes_clip_path())
+    local = score_corpus(f"{prefix}/{{00000..00002}}.tar", tmp_path / "local-run", model=model, batch_size=3)
+    ray.shutdown()  # the session's Ray was started without these variables
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        remote = score_corpus(f"{prefix}/{{00000..00002}}.tar", tmp_path / "ray-run", model=model, batch_size=3,
+                              executor="ray")  # fmt: skip
+    finally:
+        ray.shutdown()
+    got, want = read_scores(tmp_path / "ray-run"), read_scores(tmp_path / "local-run")
+    assert [{k: v for k, v in r.items() if not isinstance(v, float)} for r in got] == [
+        {k: v for k, v in r.items() if not isinstance(v, float)} for r in want
+    ]  # keys, shards, captions, errors, sizes
+    for a, b in zip(got, want, strict=True):
+        assert {k: v for k, v in a.items() if isinstance(v, float)} == pytest.approx(
+            {k: v for k, v in b.items() if isinstance(v, float)}, abs=1e-6, nan_ok=True
+        )
+    assert remote.summary["rows"] == local.summary["rows"] == 12
+    assert remote.summary["scored"] == local.summary["scored"] < 12  # the damaged rows are error rows on both

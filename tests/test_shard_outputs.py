@@ -104,6 +104,42 @@ def test_a_download_cut_short_then_completed_is_scored_again(tmp_path, engine):
     assert second.summary["rows"] == 4 and second.summary["errors"] == 0
 
 
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_a_shard_rewritten_while_it_is_read_is_reported_not_written_and_scored_by_the_rerun(
+    tmp_path, engine, monkeypatch
+):
+    from capeval.corpus import local_executor, ray_engine
+
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    write_shapes_shards(tmp_path / "other", shards=1, rows_per_shard=4, seed=5)
+    rewritten = []
+
+    def rewrite_once():  # a download finishing over the shard while the run reads it
+        if not rewritten:
+            shutil.copy(tmp_path / "other" / "00000.tar", tmp_path / "in" / "00000.tar")
+            rewritten.append(True)
+
+    if engine == "local":
+        scored = local_executor.score_shard_locally
+        monkeypatch.setattr(
+            local_executor, "score_shard_locally", lambda *a, **k: (rewrite_once(), scored(*a, **k))[1]
+        )
+    else:
+        add = ray_engine._ShardsInFlight.add
+        monkeypatch.setattr(
+            ray_engine._ShardsInFlight, "add", lambda self, *a: (rewrite_once(), add(self, *a))[1]
+        )
+    first = _run(tmp_path / "in", tmp_path / "out", engine)
+    why = first.summary["failed_shards"]["00000"]
+    assert (
+        why.startswith(f"shard {tmp_path / 'in' / '00000.tar'} changed while it was read (") and "content" in why
+    )
+    assert not (tmp_path / "out" / "scores" / "00000.parquet").exists()
+    second = _run(tmp_path / "in", tmp_path / "out", engine)
+    assert second.summary["shards_scored_now"] == 1 and second.summary["rows"] == 7
+    assert second.summary["failed_shards"] == {}
+
+
 def test_an_unchanged_shard_is_not_scored_again_even_when_its_output_is_old(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=2)
     _run(tmp_path / "in", tmp_path / "out", "local")

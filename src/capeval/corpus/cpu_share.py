@@ -15,9 +15,9 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-FIRST_LOOK_SECONDS = (
-    0.3  # how long the load is watched before the first shard, with nothing of this run running
-)
+# How long the load is watched before the first shard (from the executor's start), nothing of this run scoring:
+# /proc/stat counts in ticks of 10 ms, so 0.2 s on 2 cores reads a core's load to about 0.03.
+FIRST_LOOK_SECONDS = 0.2
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's unit of CPU time
 
 
@@ -53,9 +53,11 @@ class CoreLoad:
         except AttributeError:
             self.cores = []
         self._last = self._now()
+        self.looks = 0  # calls of busy_elsewhere so far
 
     def busy_elsewhere(self) -> float:
         """Cores busy with other processes, on average, since the previous call (or since this was made)."""
+        self.looks += 1
         now = self._now()
         last, self._last = self._last, now
         if now is None or last is None or now[0] <= last[0]:

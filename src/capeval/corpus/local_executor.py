@@ -26,7 +26,12 @@ from capeval.corpus.row_batches import DecodePool, default_decode_workers
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run_folder import claimed_output
 from capeval.corpus.run_plan import pending_shards, score_pending, summarise
-from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
+from capeval.corpus.shard_outputs import (
+    changed_while_read,
+    input_record,
+    remove_stale_temporaries,
+    write_shard_output,
+)
 
 
 @contextlib.contextmanager
@@ -42,11 +47,14 @@ def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> 
         return
     before = torch.get_num_threads()
     load = CoreLoad(decode.pids) if processes == 1 else None
-    if load is not None:
-        time.sleep(FIRST_LOOK_SECONDS)
+    started = time.monotonic()
 
     def set_threads() -> None:
-        busy = load.busy_elsewhere() if load is not None else 0.0
+        busy = 0.0
+        if load is not None:
+            if load.looks == 0:  # the first shard: the load is watched a moment first, this run idle
+                time.sleep(max(0.0, FIRST_LOOK_SECONDS - (time.monotonic() - started)))
+            busy = load.busy_elsewhere()
         torch.set_num_threads(torch_threads(workers, processes, busy))
 
     try:
@@ -109,7 +117,8 @@ def execute_locally(
                     scored = score_shard_locally(scorer, stream.rows, plan.batch_size, decode)
                 except ShardReadError as err:  # the shard failed part-way: none of its rows is kept
                     why = str(err)
-                else:
+                why = changed_while_read(shard, records[shard.name]) or why
+                if why is None:
                     scored_rows += len(scored["index"])
                     write_shard_output(output, shard.name, scored, scorer.columns(), plan.embeddings,
                                        records[shard.name], late_errors=stream.late_errors)  # fmt: skip

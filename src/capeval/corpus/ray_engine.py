@@ -3,24 +3,26 @@
 The pipeline, streamed by Ray Data:
 
 1. a dataset of the shards still to score (decided on the driver from the files already written);
-2. read tasks (one shard each): ``reader.rows_or_why`` (the reader the local executor uses) then ``prepare_rows`` (decode, CLIP's
-   geometric preprocessing) in batches, each row carrying its shard's row count;
+2. read tasks (one shard each): ``reader.rows_or_why`` (the reader the local executor uses), the shard's rows
+   streamed and prepared (``prepare_rows``: decode, CLIP's geometric preprocessing) ``batch_size`` at a time, then
+   the shard's marker row (its row count and late errors, or why it could not be read). Blocks hold about one
+   batch and the reads run a bounded number of blocks ahead (``_data_context``), so no process holds a shard;
 3. ``map_batches`` over an actor pool (``ScoreActor``): each actor loads the metrics' models once (one GPU
    per actor when the cluster has GPUs, else a fraction of a CPU so the read tasks keep CPUs: an actor
    pool that takes every CPU starves the reads and hangs) and runs ``RowScorer.score`` on at most
-   ``batch_size`` rows per call. Ray joins the read tasks' batches into blocks and cuts the actors' batches
-   from them, across blocks: one batch may hold the end of one shard, a failure row, the start of another;
+   ``batch_size`` rows per call. Ray cuts the actors' batches across blocks: one batch may hold the end of one
+   shard, markers, the start of another;
 4. the driver collects the scored rows per shard (an output block may hold several) and writes a shard's file,
-   atomically, as soon as all its rows have arrived. A killed driver loses only the shards in flight; a rerun
-   skips the rest.
+   atomically, as soon as its marker and all its rows have arrived. A killed driver loses only the shards in
+   flight; a rerun skips the rest.
 
 Worker loss is Ray's to cover, with limits set here rather than Ray Data's defaults (which retry forever):
 a read task whose worker died is run again (``READ_TASK_RETRIES``); a dead actor is restarted
 (``ACTOR_RESTARTS``) and its batches resubmitted (``BATCH_RETRIES``), so a lost node costs its batches, while
 an input that kills every worker it meets ends the run with Ray's error instead of looping. An actor whose
 constructor fails (the model cannot be loaded on that node) fails the run at once. The driver keeps each row
-index of a shard once, so a batch delivered twice is not written twice. A shard that cannot be read comes back
-as one failure row and is reported in the summary. The values are those of the local engine: the same
+index of a shard once, so a batch delivered twice is not written twice. A shard that cannot be read, at its start
+or part-way, comes back as a failure marker, none of its rows is written, and it is reported in the summary. The values are those of the local engine: the same
 functions prepare and score every row.
 """
 
@@ -42,7 +44,7 @@ import numpy as np
 
 from capeval.corpus.reader import rows_or_why
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
-from capeval.corpus.shard_outputs import write_shard_output
+from capeval.corpus.shard_outputs import changed_while_read, write_shard_output
 from capeval.corpus.shards import Shard, ShardReadError
 
 MIN_BLOCK_BYTES = 1024 * 1024  # Ray Data's own floor for a block (DEFAULT_TARGET_MIN_BLOCK_SIZE)
@@ -236,7 +238,8 @@ def run_on_ray(
         constructor = {"metrics": list(metrics), "embeddings": embeddings}
         ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
         try:
-            return _collect(ds, output, score_columns, embeddings, records)
+            by_name = {shard.name: shard for shard in shards}
+            return _collect(ds, output, score_columns, embeddings, records, by_name)
         except ray.exceptions.RayActorError as err:
             if not getattr(err, "actor_init_failed", False):
                 raise
@@ -392,7 +395,7 @@ def _retry_limits(ds, **limits: int) -> dict[str, int]:
 
 
 def _collect(
-    ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict]
+    ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict], shards=None
 ) -> dict[str, str]:
     """Gather scored rows per shard on the driver; write each shard once its end marker and all its rows arrived.
 
@@ -400,7 +403,7 @@ def _collect(
     across shards, and Ray joins its outputs into blocks), and a shard's rows may arrive after its marker (actors
     finish out of order), so rows are sorted out by their shard.
     """
-    shards = _ShardsInFlight(output, score_columns, embeddings, records)
+    shards = _ShardsInFlight(output, score_columns, embeddings, records, shards or {})
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         batch.update({k: _text(_received(batch[k])) for k in _TEXT_COLUMNS if k in batch})
         names = np.array([str(s) for s in batch["shard"]], dtype=object)
@@ -416,13 +419,17 @@ def _collect(
 class _ShardsInFlight:
     """The driver's rows of the shards not yet written, each written as soon as it is whole."""
 
-    def __init__(self, output: Path, score_columns, embeddings: bool, records: dict[str, dict]) -> None:
-        self.output, self.score_columns, self.embeddings, self.records = (
-            output,
-            score_columns,
-            embeddings,
-            records,
-        )
+    def __init__(
+        self,
+        output: Path,
+        score_columns,
+        embeddings: bool,
+        records: dict[str, dict],
+        shards: dict[str, Shard],
+    ) -> None:
+        self.output, self.score_columns, self.embeddings = output, score_columns, embeddings
+        self.records = records
+        self.shards = shards  # by name: each checked unchanged before its rows are written
         self.parts: dict[str, list[dict[str, Any]]] = {}
         self.seen: dict[str, set[int]] = {}
         self.ends: dict[str, tuple[int, dict[int, str]]] = {}
@@ -458,6 +465,11 @@ class _ShardsInFlight:
         ):
             return
         parts = self.parts.pop(name)
+        shard = self.shards.get(name)
+        changed = changed_while_read(shard, self.records[name]) if shard is not None else None
+        if changed:
+            self.failed[name] = changed
+            return
         rows = {column: np.concatenate([p[column] for p in parts]) for column in parts[0]}
         write_shard_output(self.output, name, rows, self.score_columns, self.embeddings, self.records[name],
                            late_errors=self.ends[name][1])  # fmt: skip

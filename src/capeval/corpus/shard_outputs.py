@@ -79,6 +79,23 @@ def input_record(shard) -> dict:
     return {"path": str(Path(shard.path).resolve()), **file_identity(shard.path)}
 
 
+def changed_while_read(shard, record: dict) -> str | None:
+    """Why a file shard's rows cannot be written under ``record`` (its ``input_record`` taken before it was read):
+    the file, or the object, is no longer what it was (a download finishing over it, an overwrite), so its rows may
+    mix two versions, and an output recording the old identity would be trusted by a rerun. None when unchanged,
+    and for a row source, whose identity is its rows' bytes as listed."""
+    if shard.identity is not None:
+        return None
+    try:
+        now = input_record(shard)
+    except OSError as err:
+        return f"shard {shard.where} could not be checked after it was read ({err})"
+    changes = identity_changes(record, now)
+    if not changes:
+        return None
+    return f"shard {shard.where} changed while it was read ({', '.join(changes)}); it is not written: run again to score it"
+
+
 def write_shard_output(
     output_dir: str | os.PathLike,
     shard_name: str,

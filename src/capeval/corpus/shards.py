@@ -12,8 +12,10 @@ Tars are read in order and never extracted (``capeval.corpus.tar_members``): mem
 member claiming more bytes than the file holds, a sparse member or an oversized extended header ends its shard.
 Members are grouped into samples as WebDataset groups them (consecutive members sharing a key); a key used by
 two samples of a shard, a field given twice and a sample with two pictures are error rows naming the members.
-Every sample yields a row: one that cannot be scored carries ``error`` and keeps its key. A shard that cannot be opened at all raises ``ShardReadError`` naming it, which the
-engines report per shard before going on.
+Every sample yields a row: one that cannot be scored carries ``error`` and keeps its key. Rows are yielded as they
+are read (a tar one sample at a time, a Parquet file one row group at a time); a key's repetition, known only at
+the tar's end, is given then as a late error (``read_file_shard``). A shard that cannot be read raises
+``ShardReadError`` naming it, which the engines report per shard before going on.
 """
 
 from __future__ import annotations
