@@ -29,7 +29,6 @@ functions prepare and score every row.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import itertools
 import json
@@ -269,18 +268,18 @@ def _data_context(ray, block_bytes: int, actors: int) -> Iterator[None]:
         "target_max_block_size": max(MIN_BLOCK_BYTES, block_bytes + block_bytes // 4),
     }
     block = settings["target_max_block_size"]
-    limits = context.execution_options.resource_limits
-    settings["execution_options"] = copy.copy(context.execution_options)
-    settings["execution_options"].resource_limits = limits.copy(
-        object_store_memory=min(limits.object_store_memory or float("inf"),
-                                max(MIN_IN_FLIGHT_BYTES, BLOCKS_IN_FLIGHT * block * actors))
-    )  # fmt: skip
+    options = context.execution_options
+    limits = options.resource_limits
+    in_flight = min(limits.object_store_memory or float("inf"),
+                    max(MIN_IN_FLIGHT_BYTES, BLOCKS_IN_FLIGHT * block * actors))  # fmt: skip
     before = {name: getattr(context, name) for name in settings}
     for name, value in settings.items():
         setattr(context, name, value)
+    options.resource_limits = limits.copy(object_store_memory=in_flight)
     try:
         yield
     finally:
+        options.resource_limits = limits
         for name, value in before.items():
             setattr(context, name, value)
 
