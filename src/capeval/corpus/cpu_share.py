@@ -53,11 +53,9 @@ class CoreLoad:
         except AttributeError:
             self.cores = []
         self._last = self._now()
-        self.looks = 0  # calls of busy_elsewhere so far
 
     def busy_elsewhere(self) -> float:
         """Cores busy with other processes, on average, since the previous call (or since this was made)."""
-        self.looks += 1
         now = self._now()
         last, self._last = self._last, now
         if now is None or last is None or now[0] <= last[0]:

@@ -48,12 +48,15 @@ def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> 
     before = torch.get_num_threads()
     load = CoreLoad(decode.pids) if processes == 1 else None
     started = time.monotonic()
+    first = True
 
     def set_threads() -> None:
+        nonlocal first
         busy = 0.0
         if load is not None:
-            if load.looks == 0:  # the first shard: the load is watched a moment first, this run idle
+            if first:  # the first shard: the load is watched a moment first, this run idle
                 time.sleep(max(0.0, FIRST_LOOK_SECONDS - (time.monotonic() - started)))
+                first = False
             busy = load.busy_elsewhere()
         torch.set_num_threads(torch_threads(workers, processes, busy))
 

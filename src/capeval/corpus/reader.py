@@ -275,10 +275,11 @@ def stream_shard(shard: Shard, columns: dict[str, Any] | None = None, records=No
 
 
 def _named_failures(shard: Shard, rows: Iterator[ShardRow]) -> Iterator[ShardRow]:
-    """``rows``, with an OS error while reading them raised as the shard's ``ShardReadError``."""
+    """``rows``, with an OS error while reading them (or text that stopped being UTF-8 since it was listed) raised
+    as the shard's ``ShardReadError``, as when the shard was read whole."""
     try:
         yield from rows
-    except OSError as err:
+    except (OSError, UnicodeDecodeError) as err:
         raise ShardReadError(f"shard {shard.name} ({shard.where}) cannot be read: {err}") from err
 
 
