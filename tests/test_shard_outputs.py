@@ -132,7 +132,8 @@ def test_a_shard_rewritten_while_it_is_read_is_reported_not_written_and_scored_b
     first = _run(tmp_path / "in", tmp_path / "out", engine)
     why = first.summary["failed_shards"]["00000"]
     assert (
-        why.startswith(f"shard {tmp_path / 'in' / '00000.tar'} changed while it was read (") and "content" in why
+        why.startswith(f"shard {tmp_path / 'in' / '00000.tar'} changed while it was read (")
+        and "content" in why
     )
     assert not (tmp_path / "out" / "scores" / "00000.parquet").exists()
     second = _run(tmp_path / "in", tmp_path / "out", engine)
