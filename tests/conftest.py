@@ -59,6 +59,16 @@ def tiny_clip_dir_b(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def pinned_threads(monkeypatch):
+    """torch's threads pinned as a user pins them (``OMP_NUM_THREADS``), for tests comparing two corpus runs bit for
+    bit: left to follow the host's load, the thread count can change between the runs, and the float sums' order
+    with it (scores differing by about 2e-7)."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+
+
+@pytest.fixture
 def uploads():
     """A fresh folder inside Gradio's upload folder, as if files had been uploaded there."""
     import shutil

@@ -130,7 +130,9 @@ def test_pacscore_corpus_scores_like_the_pacscore_api(corpus, tmp_path, tiny_cli
 # --- Every row source gives the same rows ---
 
 
-def test_csv_datasets_and_saved_datasets_give_the_rows_of_the_jsonl(corpus, tmp_path, tiny_clip_dir):
+def test_csv_datasets_and_saved_datasets_give_the_rows_of_the_jsonl(
+    corpus, tmp_path, tiny_clip_dir, pinned_threads
+):
     import datasets
 
     source = read_jsonl(corpus)

@@ -39,7 +39,7 @@ def _copy_run(reference: Path, tmp_path: Path) -> Path:
     ids=["cut short", "empty", "no footer"],
 )
 def test_a_damaged_shard_output_is_set_aside_and_scored_again_on_the_command_line(
-    finished_run, tmp_path, damage
+    finished_run, tmp_path, damage, pinned_threads
 ):
     corpus, reference, options, _ = finished_run
     out = _copy_run(reference, tmp_path)

@@ -413,7 +413,7 @@ def test_claimed_output_refuses_a_folder_capeval_did_not_make(tmp_path):
     assert (tmp_path / "photos" / "cat.jpg").read_bytes() == b"x"
 
 
-def test_the_cli_reads_brace_patterns_and_pipe_commands_as_the_folder(tmp_path, capsys):
+def test_the_cli_reads_brace_patterns_and_pipe_commands_as_the_folder(tmp_path, capsys, pinned_threads):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
     args = ["--model", MODEL, "--no-progress"]
     assert main(["corpus", str(tmp_path / "in"), "--output", str(tmp_path / "folder"), *args]) == 0

@@ -122,6 +122,7 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
         seen.append(torch.get_num_threads())
         return real_score(*args, **kwargs)
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(local_executor, "CoreLoad", FakeLoad)
     monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
     monkeypatch.setattr(local_executor, "score_shard_locally", score)
@@ -133,3 +134,33 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
     )
     assert seen == [4, 3, 1]
     assert torch.get_num_threads() == 4  # torch's own count is back after the run
+
+
+def test_threads_pinned_by_omp_num_threads_are_kept_whatever_the_load(
+    tmp_path, monkeypatch, threads_of_torch
+):
+    class BusyHost:
+        def __init__(self, own_pids):
+            pass
+
+        def busy_elsewhere(self):
+            return 3.0
+
+    seen = []
+    real_score = local_executor.score_shard_locally
+
+    def score(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_score(*args, **kwargs)
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(local_executor, "CoreLoad", BusyHost)
+    monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
+    monkeypatch.setattr(local_executor, "score_shard_locally", score)
+    monkeypatch.setattr(cpu_share, "usable_cores", lambda: 4)
+    torch.set_num_threads(2)
+    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=2)
+    score_corpus(
+        tmp_path / "in", tmp_path / "out", ["clipscore"], model=str(shapes_clip_path()), device="cpu"
+    )
+    assert seen == [2, 2]  # as the user set it, though 3 of the 4 cores read busy

@@ -201,7 +201,7 @@ def test_the_endpoint_and_keys_can_come_from_the_environment(s3, tmp_path, monke
 
 
 def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resumes_by_etag(
-    s3, tmp_path, monkeypatch
+    s3, tmp_path, monkeypatch, pinned_threads
 ):
     from capeval.corpus.run import score_corpus
     from capeval.diagnostics.categories import DuplicateKeyWarning, InputChangedWarning

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.cpu_share import FIRST_LOOK_SECONDS, CoreLoad, torch_threads
+from capeval.corpus.cpu_share import FIRST_LOOK_SECONDS, CoreLoad, threads_pinned, torch_threads
 from capeval.corpus.distributed import _raise_if_any_failed
 from capeval.corpus.reader import ShardReadError, read_shards
 from capeval.corpus.row_batches import DecodePool, default_decode_workers
@@ -38,11 +38,11 @@ from capeval.corpus.shard_outputs import (
 def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> Iterator[Callable[[], None]]:
     """On the CPU, a function setting torch's threads before each shard (``cpu_share.torch_threads``: the cores
     left by the decoding workers and by other processes over the last shard); torch's own count restored after.
-    Elsewhere (a GPU) it does nothing. In a launch of several processes the other processes' load is not watched:
+    Elsewhere (a GPU), or where the user pinned the threads (``OMP_NUM_THREADS``), it does nothing. In a launch of several processes the other processes' load is not watched:
     it is the launch's own."""
     import torch
 
-    if device.type != "cpu":
+    if device.type != "cpu" or threads_pinned():
         yield lambda: None
         return
     before = torch.get_num_threads()
