@@ -159,17 +159,18 @@ def main() -> None:
         for executor, done in runs.items():
             row = {"samples_per_shard": size, "executor": executor}
             row.update({key: statistics.median(r[key] for r in done) for key in done[0] if key != "rows"})
+            row["rows_per_s_runs"] = [round(r["rows_per_s"], 1) for r in done]  # the spread behind the median
             results.append(row)
             print(json.dumps(row), flush=True)
     load = f", {args.background_load} core(s) kept busy beside" if args.background_load else ""
     print(f"\n{args.shards} shards per run, 64x64 JPEG, shapes CLIP, batch {args.batch_size}, "
           f"median of {args.repeats}, {psutil.cpu_count()} cores{load}")  # fmt: skip
     print(f"{'samples/shard':>13} {'executor':14} {'rows/s':>8} {'driver MiB':>10} {'(private)':>9} "
-          f"{'worker MiB':>10} {'(private)':>9} {'CPU-s/1k rows':>13}")  # fmt: skip
+          f"{'worker MiB':>10} {'(private)':>9} {'CPU-s/1k rows':>13}  rows/s of each run")  # fmt: skip
     for r in results:
         print(f"{r['samples_per_shard']:>13,} {r['executor']:14} {r['rows_per_s']:8.1f} {r['driver_rss_mib']:10.0f} "
               f"{r['driver_private_mib']:9.0f} {r['worker_rss_mib']:10.0f} {r['worker_private_mib']:9.0f} "
-              f"{r['cpu_s_per_1000_rows']:13.2f}")  # fmt: skip
+              f"{r['cpu_s_per_1000_rows']:13.2f}  {r['rows_per_s_runs']}")  # fmt: skip
     _print_ratios(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
