@@ -103,10 +103,10 @@ def test_without_proc_stat_the_load_is_zero(monkeypatch):
 # --- the executor ------------------------------------------------------------------------------------------------
 
 
-def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
-    tmp_path, monkeypatch, threads_of_torch
-):
-    loads = iter([0.0, 1.0, 5.0])
+def _threads_per_shard(tmp_path, monkeypatch, loads: list[float], shards: int) -> list[int]:
+    """torch's thread count as each shard is scored by a local run on a 4-core host whose load reads ``loads``
+    (cores busy elsewhere), one value per shard."""
+    readings = iter(loads)
     seen = []
 
     class FakeLoad:
@@ -114,7 +114,7 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
             self.own_pids = own_pids
 
         def busy_elsewhere(self):
-            return next(loads)
+            return next(readings)
 
     real_score = local_executor.score_shard_locally
 
@@ -122,45 +122,30 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
         seen.append(torch.get_num_threads())
         return real_score(*args, **kwargs)
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(local_executor, "CoreLoad", FakeLoad)
     monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
     monkeypatch.setattr(local_executor, "score_shard_locally", score)
     monkeypatch.setattr(cpu_share, "usable_cores", lambda: 4)
-    torch.set_num_threads(4)
-    write_shapes_shards(tmp_path / "in", shards=3, rows_per_shard=2)
+    write_shapes_shards(tmp_path / "in", shards=shards, rows_per_shard=2)
     score_corpus(
         tmp_path / "in", tmp_path / "out", ["clipscore"], model=str(shapes_clip_path()), device="cpu"
     )
-    assert seen == [4, 3, 1]
+    return seen
+
+
+def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
+    tmp_path, monkeypatch, threads_of_torch
+):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(4)
+    assert _threads_per_shard(tmp_path, monkeypatch, [0.0, 1.0, 5.0], shards=3) == [4, 3, 1]
     assert torch.get_num_threads() == 4  # torch's own count is back after the run
 
 
 def test_threads_pinned_by_omp_num_threads_are_kept_whatever_the_load(
     tmp_path, monkeypatch, threads_of_torch
 ):
-    class BusyHost:
-        def __init__(self, own_pids):
-            pass
-
-        def busy_elsewhere(self):
-            return 3.0
-
-    seen = []
-    real_score = local_executor.score_shard_locally
-
-    def score(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return real_score(*args, **kwargs)
-
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    monkeypatch.setattr(local_executor, "CoreLoad", BusyHost)
-    monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
-    monkeypatch.setattr(local_executor, "score_shard_locally", score)
-    monkeypatch.setattr(cpu_share, "usable_cores", lambda: 4)
     torch.set_num_threads(2)
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=2)
-    score_corpus(
-        tmp_path / "in", tmp_path / "out", ["clipscore"], model=str(shapes_clip_path()), device="cpu"
-    )
-    assert seen == [2, 2]  # as the user set it, though 3 of the 4 cores read busy
+    # as the user set it, though 3 of the 4 cores read busy
+    assert _threads_per_shard(tmp_path, monkeypatch, [3.0, 3.0], shards=2) == [2, 2]
