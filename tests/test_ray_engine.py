@@ -22,6 +22,7 @@ ray = pytest.importorskip("ray")
 from capeval.corpus import ray_engine  # noqa: E402
 from capeval.corpus.run import score_corpus  # noqa: E402
 from capeval.corpus.shard_outputs import input_record  # noqa: E402
+from capeval.corpus.shards import Shard  # noqa: E402
 from capeval.testing.shapes import shapes_clip_path  # noqa: E402
 from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
 
@@ -549,13 +550,18 @@ def _scored_block(rows):
     }
 
 
+def _listed(names: str) -> tuple[dict[str, Shard], dict[str, dict]]:
+    """Row-source shards as listed, by name, and their input records: what ``_collect`` checks before writing."""
+    shards = {n: Shard(None, n, "jsonl", identity={"path": n}) for n in names}
+    return shards, {n: shard.identity for n, shard in shards.items()}
+
+
 def test_collect_sorts_blocks_of_several_shards_and_markers_out_by_shard(tmp_path):
     blocks = _Blocks([
         _scored_block([("a", 0), ("a", 1), ("b", -1, "b is unreadable"), ("c", 1), ("c", "end", 2, {})]),
         _scored_block([("a", 1), ("c", 0), ("a", 2), ("a", "end", 3, {})]),  # a's row 1 again: a retry
     ])  # fmt: skip
-    records = {name: {"path": name} for name in "abc"}
-    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("abc"))
     assert failed == {"b": "b is unreadable"}
     written = _table(tmp_path)
     assert sorted(written) == ["a", "c"]
@@ -567,7 +573,7 @@ def test_collect_sorts_blocks_of_several_shards_and_markers_out_by_shard(tmp_pat
 def test_collect_writes_a_shard_whose_rows_arrive_after_its_end_marker_with_its_late_errors(tmp_path):
     late = {"0": "key k names 2 samples of this shard (rows [0, 2])", "2": "key k names 2 samples ..."}
     blocks = _Blocks([_scored_block([("a", "end", 3, late), ("a", 1)]), _scored_block([("a", 2), ("a", 0)])])
-    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, {"a": {"path": "a"}})
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("a"))
     assert failed == {}
     table = _table(tmp_path)["a"]
     assert list(table["index"]) == [0, 1, 2]
@@ -580,7 +586,7 @@ def test_collect_drops_every_row_of_a_shard_that_failed_part_way(tmp_path):
         _scored_block([("a", 0), ("a", 1), ("b", 0)]),
         _scored_block([("a", -1, "shard a cannot be read: connection reset"), ("a", 2), ("b", "end", 1, {})]),
     ])  # fmt: skip
-    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, {n: {"path": n} for n in "ab"})
+    failed = ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("ab"))
     assert failed == {"a": "shard a cannot be read: connection reset"}
     assert sorted(_table(tmp_path)) == ["b"]
 
@@ -588,9 +594,8 @@ def test_collect_drops_every_row_of_a_shard_that_failed_part_way(tmp_path):
 def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
     blocks = _Blocks([_scored_block([("a", 0), ("b", 0), ("a", 2), ("a", "end", 3, {}), ("b", "end", 1, {}),
                                      ("c", 0)])])  # fmt: skip
-    records = {name: {"path": name} for name in "abc"}
     with pytest.raises(
         RuntimeError, match=r"incomplete shards \(rows missing: \{'a': 1, 'c': 'end not received'\}\)"
     ):
-        ray_engine._collect(blocks, tmp_path, ["clipscore"], False, records)
+        ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("abc"))
     assert sorted(_table(tmp_path)) == ["b"]

@@ -38,8 +38,8 @@ from capeval.corpus.shard_outputs import (
 def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> Iterator[Callable[[], None]]:
     """On the CPU, a function setting torch's threads before each shard (``cpu_share.torch_threads``: the cores
     left by the decoding workers and by other processes over the last shard); torch's own count restored after.
-    Elsewhere (a GPU), or where the user pinned the threads (``OMP_NUM_THREADS``), it does nothing. In a launch of several processes the other processes' load is not watched:
-    it is the launch's own."""
+    Elsewhere (a GPU), or where the user pinned the threads (``OMP_NUM_THREADS``), it does nothing. In a launch of
+    several processes the other processes' load is not watched: it is the launch's own."""
     import torch
 
     if device.type != "cpu" or threads_pinned():
@@ -120,6 +120,7 @@ def execute_locally(
                     scored = score_shard_locally(scorer, stream.rows, plan.batch_size, decode)
                 except ShardReadError as err:  # the shard failed part-way: none of its rows is kept
                     why = str(err)
+                # A change explains a read that failed part-way better than the failure itself does.
                 why = changed_while_read(shard, records[shard.name]) or why
                 if why is None:
                     scored_rows += len(scored["index"])

@@ -238,7 +238,7 @@ def run_on_ray(
         ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
         try:
             by_name = {shard.name: shard for shard in shards}
-            return _collect(ds, output, score_columns, embeddings, records, by_name)
+            return _collect(ds, output, score_columns, embeddings, by_name, records)
         except ray.exceptions.RayActorError as err:
             if not getattr(err, "actor_init_failed", False):
                 raise
@@ -394,7 +394,12 @@ def _retry_limits(ds, **limits: int) -> dict[str, int]:
 
 
 def _collect(
-    ds, output: Path, score_columns: Sequence[str], embeddings: bool, records: dict[str, dict], shards=None
+    ds,
+    output: Path,
+    score_columns: Sequence[str],
+    embeddings: bool,
+    shards: dict[str, Shard],
+    records: dict[str, dict],
 ) -> dict[str, str]:
     """Gather scored rows per shard on the driver; write each shard once its end marker and all its rows arrived.
 
@@ -402,17 +407,19 @@ def _collect(
     across shards, and Ray joins its outputs into blocks), and a shard's rows may arrive after its marker (actors
     finish out of order), so rows are sorted out by their shard.
     """
-    shards = _ShardsInFlight(output, score_columns, embeddings, records, shards or {})
+    in_flight = _ShardsInFlight(output, score_columns, embeddings, shards, records)
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         batch.update({k: _text(_received(batch[k])) for k in _TEXT_COLUMNS if k in batch})
         names = np.array([str(s) for s in batch["shard"]], dtype=object)
         marker = np.asarray(batch["index"]) < 0
         for p in np.flatnonzero(marker):
-            shards.marked(names[p], batch["failure"][p], int(batch["shard_rows"][p]), batch["late_errors"][p])
+            in_flight.marked(
+                names[p], batch["failure"][p], int(batch["shard_rows"][p]), batch["late_errors"][p]
+            )
         for name in dict.fromkeys(names[~marker]):
             mine = ~marker & (names == name)
-            shards.add(name, {k: v[mine] for k, v in batch.items() if k not in _MARKER_COLUMNS})
-    return shards.finish()
+            in_flight.add(name, {k: v[mine] for k, v in batch.items() if k not in _MARKER_COLUMNS})
+    return in_flight.finish()
 
 
 class _ShardsInFlight:
@@ -423,12 +430,12 @@ class _ShardsInFlight:
         output: Path,
         score_columns,
         embeddings: bool,
-        records: dict[str, dict],
         shards: dict[str, Shard],
+        records: dict[str, dict],
     ) -> None:
         self.output, self.score_columns, self.embeddings = output, score_columns, embeddings
-        self.records = records
         self.shards = shards  # by name: each checked unchanged before its rows are written
+        self.records = records
         self.parts: dict[str, list[dict[str, Any]]] = {}
         self.seen: dict[str, set[int]] = {}
         self.ends: dict[str, tuple[int, dict[int, str]]] = {}
@@ -464,8 +471,7 @@ class _ShardsInFlight:
         ):
             return
         parts = self.parts.pop(name)
-        shard = self.shards.get(name)
-        changed = changed_while_read(shard, self.records[name]) if shard is not None else None
+        changed = changed_while_read(self.shards[name], self.records[name])
         if changed:
             self.failed[name] = changed
             return
