@@ -14,7 +14,11 @@ import pytest
 from capeval.cli import main
 from capeval.corpus.row_sources import EmptySourceError
 from capeval.corpus.run import score_corpus
+from capeval.testing.shapes import shapes_clip_path
 from tests.corpus_runs import finish_a_run
+from tests.hostile_shards import jpeg, write_tar
+
+MODEL = str(shapes_clip_path())
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +141,19 @@ def test_a_corpus_row_with_an_invisible_caption_or_reference_is_reported_not_sco
         first.error == "rows.jsonl line 1 has an empty caption in field 'caption' (only invisible characters)"
     )
     assert second.error == "rows.jsonl line 2 has references that are not all text: reference 1 is int (7)"
+
+
+# --- A shell command is never read from data ---
+
+
+def test_score_corpus_runs_no_pipe_command_from_a_list_or_without_the_opt_in(tmp_path):
+    write_tar(tmp_path / "00000.tar", [("a.jpg", jpeg()), ("a.txt", b"a red circle")])
+    ran = tmp_path / "ran"
+    command = f"pipe:touch {ran}; cat {tmp_path}/00000.tar"
+    # A list a caller's code read from a file: its items are data, never commands.
+    for source in ([command], [str(tmp_path / "00000.tar"), command], command):
+        with pytest.raises(ValueError, match="is a pipe: location, which runs a shell command"):
+            score_corpus(source, tmp_path / "out", model=MODEL, progress=False)
+    assert not ran.exists() and not (tmp_path / "out").exists()
+    result = score_corpus(command, tmp_path / "out", model=MODEL, progress=False, allow_pipe=True)
+    assert ran.exists() and result.summary["scored"] == 1

@@ -197,6 +197,15 @@ def test_pipe_is_refused_unless_allowed_naming_the_item(img2dataset_folder):
     assert _keys(location) == ["000020001"]
 
 
+def test_a_pipe_inside_a_list_is_refused_even_when_pipes_are_allowed(tmp_path, img2dataset_folder):
+    ran = tmp_path / "ran"
+    command = f"pipe:touch {ran}; cat {img2dataset_folder}/00002.tar"
+    for listed in ([command], (img2dataset_folder / "00001.tar", command)):
+        with pytest.raises(LocationError, match=r"\(item \d of the list\) is a pipe: location.*never as an item"):
+            list_locations(listed, allow_pipe=True)
+    assert not ran.exists()
+
+
 def test_braces_expand_in_a_pipe_command_and_the_last_tar_word_names_it(img2dataset_folder):
     locations = list_locations(f"pipe:cat {img2dataset_folder}/{{00000..00002}}.tar", allow_pipe=True)
     assert [loc.name for loc in locations] == ["00000", "00001", "00002"]

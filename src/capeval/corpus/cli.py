@@ -135,6 +135,7 @@ def corpus_command(args) -> int:
         prefix=args.prefix,
         w=args.w,
         checkpoint=args.checkpoint,
+        allow_pipe=True,  # the command line's own source argument: the user typed the command
     )
     from capeval.corpus.distributed import process_state
 

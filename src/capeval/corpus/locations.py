@@ -10,8 +10,10 @@ metadata, not a shard), else from its Parquet files. Shards come back sorted by 
 refused (the name names the output file).
 
 ``pipe:CMD`` runs ``CMD`` in a shell and reads its standard output as a WebDataset tar (braces in it expand, as in
-webdataset). It is accepted only with ``allow_pipe=True``, for what the user typed as a command-line argument; a
-list file never runs one, and a file named ``pipe:...`` that a glob or a listing finds is refused.
+webdataset). It is accepted only as the source itself with ``allow_pipe=True``: what the user typed as the command
+line's source argument, or an explicit opt-in in Python. An item of a list (which a caller's code may have read from
+a file), a list file, a glob or a listing never runs one, and a file named ``pipe:...`` that a glob or a listing
+finds is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def list_locations(
 
     Args:
         source: a folder, file, glob, brace pattern, fsspec URL or ``pipe:CMD``, or a list of them.
-        allow_pipe: accept ``pipe:CMD`` (only for what the user typed as a command-line argument).
+        allow_pipe: accept ``pipe:CMD`` as ``source`` itself (what the user typed as a command-line argument, or an
+            explicit opt-in in Python); a ``pipe:`` item of a list is refused whatever this says.
         storage_options: passed to fsspec for every URL (``{"client_kwargs": {"endpoint_url": ...}}``, keys);
             without them fsspec's own configuration and the environment apply.
 
@@ -61,7 +64,7 @@ def list_locations(
     if not items:
         raise LocationError("no shard given: the list of shards is empty")
     where = [f" (item {i} of the list)" if many else "" for i in range(len(items))]
-    return _located(zip(items, where, strict=True), allow_pipe, dict(storage_options or {}))
+    return _located(zip(items, where, strict=True), allow_pipe and not many, dict(storage_options or {}))
 
 
 def list_file_locations(
@@ -138,8 +141,9 @@ def _locations_of(text: str, where: str, allow_pipe: bool, options: dict) -> lis
     if text.startswith(PIPE_PREFIX):
         if not allow_pipe:
             raise LocationError(
-                f"{text!r}{where} is a pipe: location, which runs a shell command: it is accepted only as a "
-                "command-line argument, not from a list file, a glob or a listing"
+                f"{text!r}{where} is a pipe: location, which runs a shell command: it is accepted only as the "
+                "command line's own source argument (in Python: the source itself, with allow_pipe=True), never "
+                "as an item of a list, from a list file, a glob or a listing"
             )
         return [_pipe_shard(command) for command in expand(text)]
     protocol = _protocol(text)

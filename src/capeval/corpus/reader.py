@@ -58,7 +58,11 @@ class Corpus:
 
 
 def open_corpus(
-    source: Any, chunk_size: int, split: str | None = None, image_column: str | None = None
+    source: Any,
+    chunk_size: int,
+    split: str | None = None,
+    image_column: str | None = None,
+    allow_pipe: bool = False,
 ) -> Corpus:
     """The shards of ``source``.
 
@@ -67,6 +71,8 @@ def open_corpus(
         chunk_size: rows per shard of a row source (files of samples are shards as they are).
         split: a ``DatasetDict``'s or a dataset name's split.
         image_column: a ``datasets`` image column to keep undecoded (default: every ``Image`` column).
+        allow_pipe: run ``pipe:CMD`` given as ``source`` itself (``capeval.corpus.locations``); never an item of a
+            list.
 
     Raises:
         EmptySourceError: the source holds no row (saying what it holds instead).
@@ -76,7 +82,7 @@ def open_corpus(
     if dataset is not None:
         return _dataset_corpus(dataset, chunk_size, image_column)
     if names_shards(source):
-        return Corpus(list_shards(source), _description(source, "shards"))
+        return Corpus(list_shards(source, allow_pipe=allow_pipe), _description(source, "shards"))
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"a corpus source is a path or a datasets dataset, got {type(source).__name__}")
     path = Path(os.path.expanduser(os.fspath(source)))

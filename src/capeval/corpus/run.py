@@ -71,6 +71,7 @@ def score_corpus(
     prefix: str | None = None,
     w: float | None = None,
     checkpoint: str | os.PathLike | None = None,
+    allow_pipe: bool = False,
 ) -> CorpusResult:
     """Score every row of a corpus; rerunning with the same ``output_dir`` resumes (see the module docstring).
 
@@ -94,6 +95,9 @@ def score_corpus(
         ray: ``address`` (``"auto"``: the cluster ``ray start`` made; unset: a local one), ``worker_gpus``,
             ``worker_cpus``.
         model, device, dtype, prefix, w, checkpoint: metric options (with Ray, ``device`` is the actors').
+        allow_pipe: run a ``pipe:CMD`` source (a shell command whose output is read as a tar), given as ``source``
+            itself: ``capeval corpus`` sets it for its own source argument. A ``pipe:`` item of a list, a list file
+            or a listing is refused whatever this says: a command never comes from data.
 
     Returns:
         CorpusResult: the folders and the summary (identical in every process of a launch).
@@ -106,7 +110,7 @@ def score_corpus(
                                           checkpoint=checkpoint))  # fmt: skip
     _check_settings(executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset)
     ray_settings = _ray_settings(ray, executor)
-    corpus = _open(source, chunk_size, split, image_column, executor)
+    corpus = _open(source, chunk_size, split, image_column, executor, allow_pipe)
     columns = choose_columns(corpus.shards, {"caption": caption_column, "image": image_column,
                                              "references": references_column, "id": id_column})  # fmt: skip
     state = _process_state(executor, device, options)
@@ -125,10 +129,12 @@ def score_corpus(
         return score_pending(plan, Path(output_dir), scorer, _run_ray)
 
 
-def _open(source: Any, chunk_size: int, split: str | None, image_column: str | None, executor: str) -> Corpus:
+def _open(
+    source: Any, chunk_size: int, split: str | None, image_column: str | None, executor: str, allow_pipe: bool
+) -> Corpus:
     """The source as shards (``reader.open_corpus``); a streamed dataset, read in order by one process, is refused
     on Ray."""
-    corpus = open_corpus(source, chunk_size, split, image_column)
+    corpus = open_corpus(source, chunk_size, split, image_column, allow_pipe)
     if corpus.streamed and executor == "ray":
         raise ValueError(
             "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "

@@ -106,12 +106,13 @@ class ShardRow:
 
 
 def list_shards(
-    source: str | os.PathLike | Sequence[str | os.PathLike], allow_pipe: bool = True
+    source: str | os.PathLike | Sequence[str | os.PathLike], allow_pipe: bool = False
 ) -> list[Shard]:
     """The shards of ``source``, sorted by URL (``capeval.corpus.locations.list_locations``).
 
     Args:
-        allow_pipe: accept ``pipe:CMD`` given as ``source`` itself (never from a list file or a listing).
+        allow_pipe: accept ``pipe:CMD`` given as ``source`` itself (never as an item of a list, from a list file or
+            a listing).
 
     Raises:
         LocationError (a ValueError): nothing to read, naming the pattern and what was found.
