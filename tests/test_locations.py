@@ -201,7 +201,9 @@ def test_a_pipe_inside_a_list_is_refused_even_when_pipes_are_allowed(tmp_path, i
     ran = tmp_path / "ran"
     command = f"pipe:touch {ran}; cat {img2dataset_folder}/00002.tar"
     for listed in ([command], (img2dataset_folder / "00001.tar", command)):
-        with pytest.raises(LocationError, match=r"\(item \d of the list\) is a pipe: location.*never as an item"):
+        with pytest.raises(
+            LocationError, match=r"\(item \d of the list\) is a pipe: location.*never as an item"
+        ):
             list_locations(listed, allow_pipe=True)
     assert not ran.exists()
 
