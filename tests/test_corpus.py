@@ -145,7 +145,8 @@ def test_csv_datasets_and_saved_datasets_give_the_rows_of_the_jsonl(
         "iterable": ds.to_iterable_dataset(),
         "saved": tmp_path / "saved-dataset",
     }
-    options = dict(model=str(tiny_clip_dir), chunk_size=5, batch_size=5)
+    # The datasets name their images by absolute path: the image root lets them be read.
+    options = dict(model=str(tiny_clip_dir), chunk_size=5, batch_size=5, image_root=corpus.parent)
     score_corpus(corpus, tmp_path / "jsonl", ["refclipscore"], **options)
     want = read_scores(tmp_path / "jsonl")
     for name, given in sources.items():
@@ -302,7 +303,9 @@ def test_refclipscore_rows_without_references_are_error_rows_naming_the_row(corp
     mixed.write_text(
         "".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows)
     )
-    result = score_corpus(mixed, tmp_path / "out", ["refclipscore"], model=str(tiny_clip_dir))
+    result = score_corpus(
+        mixed, tmp_path / "out", ["refclipscore"], model=str(tiny_clip_dir), image_root=corpus.parent
+    )
     got = read_scores(tmp_path / "out")
     assert (
         got[0]["error"] == "row row0 has no references (refclipscore needs them)" and got[1]["error"] is None
@@ -319,7 +322,14 @@ def test_pacscore_scores_rows_without_references_and_counts_each_mean(corpus, tm
         "".join(json.dumps({**r, "image": str(corpus.parent / r["image"])}) + "\n" for r in rows)
     )
     # Batches of 4 mix rows with and without references: each row's values are those of the plain API.
-    result = score_corpus(mixed, tmp_path / "out", ["pacscore"], checkpoint=str(tiny_clip_dir), batch_size=4)
+    result = score_corpus(
+        mixed,
+        tmp_path / "out",
+        ["pacscore"],
+        checkpoint=str(tiny_clip_dir),
+        batch_size=4,
+        image_root=corpus.parent,
+    )
     got = read_scores(tmp_path / "out")
     assert got[0]["refpacscore"] is None and got[0]["error"] is None and got[4]["refpacscore"] is not None
     assert result.summary["score_counts"] == {"pacscore": 21, "refpacscore": 17, "raw_cosine": 21}

@@ -137,8 +137,11 @@ def runs(tmp_path_factory):
             # A repeated key is warned of once per run, by both executors.
             repeated = source in ("tars", *ROW_SOURCES)
             with pytest.warns(DuplicateKeyWarning) if repeated else contextlib.nullcontext():
+                # A dataset has no folder of its own: its rows' image paths are read in the root given.
+                root_of_images = root / "rows" if source == "datasets" else None
                 pair.append(score_corpus(given, root / f"{source}-{engine}", METRICS, model=MODEL,
-                                         batch_size=BATCH, chunk_size=5, executor=engine))  # fmt: skip
+                                         batch_size=BATCH, chunk_size=5, executor=engine,
+                                         image_root=root_of_images))  # fmt: skip
         results[source] = tuple(pair)
     return results
 

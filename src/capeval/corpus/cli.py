@@ -43,6 +43,13 @@ def add_corpus_arguments(parser) -> None:
     group.add_argument("--id-column", default=None)
     group.add_argument("--split", default=None, help="dataset split (datasets sources)")
     group.add_argument(
+        "--image-root",
+        metavar="DIR",
+        default=None,
+        help="the folder rows may read the images they name by path in (JSONL, CSV, Parquet, datasets); default: "
+        "each row's data file's folder only (an absolute path or one leading out of it is an error row)",
+    )
+    group.add_argument(
         "--threshold",
         type=cli_type("threshold", float, check_finite_number),
         default=None,
@@ -136,6 +143,7 @@ def corpus_command(args) -> int:
         w=args.w,
         checkpoint=args.checkpoint,
         allow_pipe=True,  # the command line's own source argument: the user typed the command
+        image_root=args.image_root,
     )
     from capeval.corpus.distributed import process_state
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ def open_corpus(
     split: str | None = None,
     image_column: str | None = None,
     allow_pipe: bool = False,
+    image_root: str | os.PathLike | None = None,
 ) -> Corpus:
     """The shards of ``source``.
 
@@ -73,11 +74,41 @@ def open_corpus(
         image_column: a ``datasets`` image column to keep undecoded (default: every ``Image`` column).
         allow_pipe: run ``pipe:CMD`` given as ``source`` itself (``capeval.corpus.locations``); never an item of a
             list.
+        image_root: the folder rows may read image paths in (``capeval.corpus.image_paths``); None: each row's
+            data file's folder only.
 
     Raises:
         EmptySourceError: the source holds no row (saying what it holds instead).
         ValueError, TypeError: the source cannot be read as a corpus, named.
     """
+    root = checked_image_root(image_root)
+    corpus = _open(source, chunk_size, split, image_column, allow_pipe)
+    if root is not None:
+        corpus.shards = [replace(shard, image_root=root) for shard in corpus.shards]
+    return corpus
+
+
+def checked_image_root(image_root: str | os.PathLike | None) -> str | None:
+    """``image_root`` as an absolute path, checked to be a folder.
+
+    Raises:
+        TypeError: not a path. ValueError: not a folder that exists.
+    """
+    if image_root is None:
+        return None
+    if not isinstance(image_root, (str, os.PathLike)):
+        raise TypeError(f"image_root must be a folder's path, got {type(image_root).__name__}")
+    root = os.path.abspath(os.path.expanduser(os.fspath(image_root)))
+    if not os.path.isdir(root):
+        raise ValueError(
+            f"image_root {root} is not a folder (it is where rows may read the images they name)"
+        )
+    return root
+
+
+def _open(
+    source: Any, chunk_size: int, split: str | None, image_column: str | None, allow_pipe: bool
+) -> Corpus:
     dataset = _as_dataset(source, split)
     if dataset is not None:
         return _dataset_corpus(dataset, chunk_size, image_column)
@@ -92,7 +123,7 @@ def open_corpus(
         if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
             import datasets
 
-            return open_corpus(datasets.load_from_disk(str(path)), chunk_size, split, image_column)
+            return _open(datasets.load_from_disk(str(path)), chunk_size, split, image_column, False)
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in (*JSONL_EXTENSIONS, *CSV_EXTENSIONS))
         files = [p for p in files if p.suffix.lower() != ".json"]  # a folder's .json files are metadata
         if files:

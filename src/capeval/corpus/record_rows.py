@@ -9,11 +9,11 @@ whichever executor reads it. A record that cannot be parsed is an error row nami
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.image_paths import ImagePaths
 from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
 from capeval.corpus.row_sources import csv_dialect
 from capeval.corpus.shards import Shard, ShardRow, id_column
@@ -41,12 +41,13 @@ def read_row_shard(shard: Shard, columns: dict[str, Any], records=None) -> Itera
         if records is None:
             records = dataset_records(shard.dataset, start, stop)
         entries = (
-            (index, record, f"row {start + index}", str(start + index), None)
+            (index, record, f"row {start + index}", str(start + index))
             for index, record in enumerate(records)
         )
     else:
         raise ValueError(f"shard {shard.name} is of kind {shard.kind!r}, not a row source")
-    return (_row(shard, columns, *entry) for entry in entries)
+    paths = shard.image_paths()
+    return (_row(shard, columns, paths, *entry) for entry in entries)
 
 
 def dataset_records(dataset: Any, start: int, stop: int) -> Iterator[dict]:
@@ -74,8 +75,7 @@ def _span_lines(shard: Shard) -> Iterator[bytes]:
 
 
 def _jsonl_records(shard: Shard):
-    """``(index, record, where, default key, base)`` of each non-blank line of the shard's bytes."""
-    base = str(shard.path.parent)
+    """``(index, record, where, default key)`` of each non-blank line of the shard's bytes."""
     index = 0
     for lineno, line in enumerate(_span_lines(shard), shard.first_row):
         if not line.strip():
@@ -87,15 +87,14 @@ def _jsonl_records(shard: Shard):
             record = {"__error__": str(err)}
         if not isinstance(record, dict):
             record = {"__error__": f"{where} is a JSON {type(record).__name__}, not an object"}
-        yield index, record, where, f"{shard.path.name}:{lineno}", base
+        yield index, record, where, f"{shard.path.name}:{lineno}"
         index += 1
 
 
 def _csv_records(shard: Shard, columns: dict[str, Any]):
-    """``(index, record, where, default key, base)`` of each CSV record; a references cell holds a JSON list."""
+    """``(index, record, where, default key)`` of each CSV record; a references cell holds a JSON list."""
     import csv
 
-    base = str(shard.path.parent)
     header = list(shard.fields)
     # Lines as the listing cut them (csv_shards); a data span never starts at the file's byte-order mark.
     text = (line.decode("utf-8") for line in _span_lines(shard))
@@ -118,12 +117,12 @@ def _csv_records(shard: Shard, columns: dict[str, Any]):
                     record = {"__error__": f"{err} (a CSV references field holds a JSON list of strings)"}
             elif refs in record:
                 record[refs] = None  # an empty cell: no references
-        yield index, record, where, f"{shard.path.name}:{line}", base
+        yield index, record, where, f"{shard.path.name}:{line}"
         index += 1
 
 
 def _folder_records(shard: Shard):
-    """``(index, record, where, default key, base)`` of each image of the shard and its ``.txt`` caption."""
+    """``(index, record, where, default key)`` of each image of the shard and its ``.txt`` caption."""
     for index, relative in enumerate(shard.fields):
         image = shard.path / relative
         text = image.with_suffix(".txt")
@@ -135,21 +134,27 @@ def _folder_records(shard: Shard):
             record = {"__error__": f"no caption file {text.name} beside {relative}"}
         except (UnicodeDecodeError, OSError) as err:
             record = {"__error__": f"caption file {text.name} of {relative} cannot be read ({err})"}
-        yield index, record, f"image {relative}", key, None
+        yield index, record, f"image {relative}", key
 
 
-def _image(value: Any, base: str | None) -> Any:
-    """A record's image as the decoder takes it: encoded bytes, a path (relative to ``base``), a datasets Image
-    value's bytes or path, or a decoded picture."""
+def _image(value: Any, paths: ImagePaths, where: str) -> tuple[Any, str | None]:
+    """A record's image as the decoder takes it (encoded bytes, a file its rule lets it read, a datasets Image
+    value's bytes or path, or a decoded picture), and why a path it names is refused (else None)."""
     if isinstance(value, dict) and set(value) <= {"bytes", "path"}:
         value = value.get("bytes") or value.get("path")
-    if isinstance(value, str) and base and not os.path.isabs(os.path.expanduser(value)):
-        return os.path.join(base, value)
-    return value
+    if isinstance(value, str) and value:
+        return paths.resolve(value, where)
+    return value, None
 
 
 def _row(
-    shard: Shard, columns: dict[str, Any], index: int, record: dict, where: str, default_key: str, base
+    shard: Shard,
+    columns: dict[str, Any],
+    paths: ImagePaths,
+    index: int,
+    record: dict,
+    where: str,
+    default_key: str,
 ) -> ShardRow:
     """One record checked into a row: its key (the id field, else its place), caption, image and references, or
     the first problem found."""
@@ -163,7 +168,8 @@ def _row(
         )
     caption_field, image_field = columns.get("caption") or "caption", columns.get("image") or "image"
     caption = record.get(caption_field)
-    image = _image(record.get(image_field), base)
+    image, refused = _image(record.get(image_field), paths, where)
+    problem = problem or refused
     if problem is None and (image is None or image == b"" or image == ""):
         problem = f"{where} has no image in field {image_field!r}"
     if problem is None and not isinstance(image, (str, bytes)) and not _is_picture(image):

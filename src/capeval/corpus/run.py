@@ -72,6 +72,7 @@ def score_corpus(
     w: float | None = None,
     checkpoint: str | os.PathLike | None = None,
     allow_pipe: bool = False,
+    image_root: str | os.PathLike | None = None,
 ) -> CorpusResult:
     """Score every row of a corpus; rerunning with the same ``output_dir`` resumes (see the module docstring).
 
@@ -98,6 +99,9 @@ def score_corpus(
         allow_pipe: run a ``pipe:CMD`` source (a shell command whose output is read as a tar), given as ``source``
             itself: ``capeval corpus`` sets it for its own source argument. A ``pipe:`` item of a list, a list file
             or a listing is refused whatever this says: a command never comes from data.
+        image_root: the folder rows may read the images they name by path in (JSONL, CSV, Parquet, ``datasets``
+            rows, image folders). Unset, a row reads only inside its data file's folder (an absolute path, ``..`` or
+            a link leading out of it is an error row) and a source without a folder reads no path.
 
     Returns:
         CorpusResult: the folders and the summary (identical in every process of a launch).
@@ -110,7 +114,7 @@ def score_corpus(
                                           checkpoint=checkpoint))  # fmt: skip
     _check_settings(executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset)
     ray_settings = _ray_settings(ray, executor)
-    corpus = _open(source, chunk_size, split, image_column, executor, allow_pipe)
+    corpus = _open(source, chunk_size, split, image_column, executor, allow_pipe, image_root)
     columns = choose_columns(corpus.shards, {"caption": caption_column, "image": image_column,
                                              "references": references_column, "id": id_column})  # fmt: skip
     state = _process_state(executor, device, options)
@@ -130,11 +134,17 @@ def score_corpus(
 
 
 def _open(
-    source: Any, chunk_size: int, split: str | None, image_column: str | None, executor: str, allow_pipe: bool
+    source: Any,
+    chunk_size: int,
+    split: str | None,
+    image_column: str | None,
+    executor: str,
+    allow_pipe: bool,
+    image_root: str | os.PathLike | None,
 ) -> Corpus:
     """The source as shards (``reader.open_corpus``); a streamed dataset, read in order by one process, is refused
     on Ray."""
-    corpus = open_corpus(source, chunk_size, split, image_column, allow_pipe)
+    corpus = open_corpus(source, chunk_size, split, image_column, allow_pipe, image_root)
     if corpus.streamed and executor == "ray":
         raise ValueError(
             "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capeval.corpus.image_paths import ImagePaths
 from capeval.corpus.locations import list_locations
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import (
@@ -69,6 +70,8 @@ class Shard:
         dataset: the ``datasets`` dataset (``datasets`` shards).
         location: where a file shard lives (``capeval.corpus.location_kinds``: a local file, an fsspec URL, a
             ``pipe:`` command).
+        image_root: the folder the user allows its rows' image paths in (``capeval.corpus.image_paths``); None:
+            its data file's folder only.
     """
 
     path: Path | None
@@ -80,11 +83,20 @@ class Shard:
     identity: dict | None = field(default=None, compare=False, hash=False)
     dataset: Any = field(default=None, compare=False, hash=False, repr=False)
     location: Any = field(default=None, compare=False, hash=False, repr=False)
+    image_root: str | None = None
 
     @property
     def where(self) -> str:
         """The shard as a user names it: its path, URL or command."""
         return str(self.path) if self.path is not None else self.location.url if self.location else self.name
+
+    def image_paths(self) -> ImagePaths:
+        """The rule its rows' image paths are read by: inside the folder of its file (of the image folder), or
+        inside ``image_root``."""
+        base = None
+        if self.path is not None:
+            base = self.path if self.kind == "image_folder" else self.path.parent
+        return ImagePaths(base, self.image_root)
 
     def open(self):
         """The shard's bytes (a file, a remote file, a command's output); the caller closes it."""
@@ -291,7 +303,7 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
     extra = [c for c in (*ORIGIN_FIELDS, "status", "error_message") if c in columns]
     names = [caption_col, image_col, *([key_col] if key_col else []), *([refs_col] if refs_col in columns else []),
              *extra]  # fmt: skip
-    fields = _ParquetFields(shard, caption_col, image_col, key_col)
+    fields = _ParquetFields(shard, caption_col, image_col, key_col, shard.image_paths())
     for start, group in table.row_groups(list(dict.fromkeys(names))):
         values = {name: column.to_pylist() for name, column in group.items()}
         count = len(values[caption_col])
@@ -314,6 +326,7 @@ class _ParquetFields:
     caption_col: str
     image_col: str
     key_col: str | None
+    paths: ImagePaths
 
     def row(
         self, index: int, key: Any, caption: Any, image: Any, references: Any, recorded: dict
@@ -323,15 +336,9 @@ class _ParquetFields:
         where = f"row {key if key is not None else index}"
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
-        if isinstance(image, str) and not os.path.isabs(image):
-            base = shard.path.parent if shard.path is not None else None
-            if base is None and problem is None:  # a remote shard has no folder to read a relative path in
-                problem = (
-                    f"{where} names its image by a relative path ({image!r:.80}) in a shard at {shard.where}"
-                )
-            image = (
-                str(base / image) if base is not None else None
-            )  # relative to the shard, as in a JSONL corpus
+        if isinstance(image, str) and image:
+            image, refused = self.paths.resolve(image, where)
+            problem = problem or refused
         if problem is None and (image is None or image == b""):
             problem = f"{where} has no image in column {self.image_col!r}"
         problem = _download_problem(recorded, where) or problem
