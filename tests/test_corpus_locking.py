@@ -136,3 +136,88 @@ def test_a_killed_run_leaves_no_lock_behind(finished_run, holding_run, tmp_path)
     assert result.summary["shards_scored_now"] == 4
     got, want = read_scores(out), read_scores(reference)
     assert [r["clipscore"] or 0 for r in got] == pytest.approx([r["clipscore"] or 0 for r in want], abs=1e-6)
+
+
+# --- Nothing is written through a link in the output folder ---
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    return victim
+
+
+def test_a_run_lock_that_is_a_link_is_refused_and_its_target_untouched(finished_run, tmp_path):
+    corpus, _, options, _ = finished_run
+    victim = _victim(tmp_path)
+    (tmp_path / "out").mkdir()
+    os.symlink(victim, tmp_path / "out" / "run.lock")
+    with pytest.raises(
+        ValueError, match=r"run\.lock is a symbolic link \(to .*victim\.txt\): capeval writes nothing"
+    ):
+        score_corpus(corpus, tmp_path / "out", **options)
+    assert victim.read_text() == "the user's own file\n"
+    os.unlink(tmp_path / "out" / "run.lock")
+    os.symlink(
+        tmp_path / "nowhere", tmp_path / "out" / "run.lock"
+    )  # a link to nothing is not created through
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        score_corpus(corpus, tmp_path / "out", **options)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_lock_file_that_is_a_fifo_is_refused_without_hanging(finished_run, tmp_path):
+    corpus, _, options, _ = finished_run
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "out" / "run.lock")
+    with pytest.raises(ValueError, match=r"run\.lock is not a regular file"):
+        score_corpus(corpus, tmp_path / "out", **options)
+
+
+@pytest.mark.parametrize("entry", ["scores", "summary.json", "run.json", "kept.jsonl", "scores/x.parquet"])
+def test_a_link_anywhere_in_a_run_folder_fails_the_rerun_before_any_work(finished_run, tmp_path, entry):
+    import shutil
+
+    corpus, reference, options, _ = finished_run
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    victim = _victim(tmp_path)
+    target = out / entry
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink(missing_ok=True)
+    os.symlink(tmp_path if entry == "scores" else victim, target)
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(str(target))} is a symbolic link .*writes nothing through links"
+    ):
+        score_corpus(corpus, out, **options, threshold=0.0)
+    assert victim.read_text() == "the user's own file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "victim.txt"]
+
+
+def test_the_writer_refuses_a_link_made_after_the_folder_was_claimed(tmp_path):
+    from capeval.corpus.output_files import LinkInOutputError, write_atomically
+
+    out = tmp_path / "out"
+    victim = _victim(tmp_path)
+    (out / "scores").mkdir(parents=True)
+    os.symlink(victim, out / "scores" / "00000.parquet")
+    with pytest.raises(LinkInOutputError, match=r"00000\.parquet is a symbolic link"):
+        write_atomically(out / "scores" / "00000.parquet", lambda fh: fh.write("rows"), inside=out)
+    os.unlink(out / "scores" / "00000.parquet")
+    write_atomically(out / "scores" / "00000.parquet", lambda fh: fh.write("rows"), inside=out)
+    os.rename(out / "scores", tmp_path / "real-scores")
+    os.symlink(tmp_path / "real-scores", out / "scores")
+    with pytest.raises(LinkInOutputError, match=r"scores is a symbolic link"):
+        write_atomically(out / "scores" / "00001.parquet", lambda fh: fh.write("x"), inside=out)
+    assert victim.read_text() == "the user's own file\n"
+    assert sorted(p.name for p in (tmp_path / "real-scores").iterdir()) == ["00000.parquet"]
+
+
+def test_an_output_folder_that_is_itself_a_link_is_the_users_choice(finished_run, tmp_path):
+    corpus, _, options, summary = finished_run
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "out")
+    result = score_corpus(corpus, tmp_path / "out", **options)
+    assert result.summary["rows"] == summary["rows"] and (tmp_path / "elsewhere" / "summary.json").is_file()

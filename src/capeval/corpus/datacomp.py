@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from capeval.corpus.output_files import write_atomically
+
 UID_DTYPE = np.dtype("u8,u8")  # apply_filter.py's and resharder.py's dtype: (high 64 bits, low 64 bits)
 _UID = re.compile(r"[0-9a-fA-F]{32}")  # ASCII only: int(..., 16) would also take "0x", "_" and other digits
 
@@ -77,13 +79,15 @@ def resharder_uids(keys_and_uids: Iterable[tuple[Any, Any]]) -> tuple[np.ndarray
 
 
 def write_resharder_uids(
-    keys_and_uids: Iterable[tuple[Any, Any]], path: str | os.PathLike
+    keys_and_uids: Iterable[tuple[Any, Any]], path: str | os.PathLike, inside: str | os.PathLike | None = None
 ) -> ResharderSubset:
     """Write the uids of the kept samples as DataComp's resharder reads them (``--subset-file``).
 
     Args:
         keys_and_uids: ``(key, uid)`` of each kept sample; the key only names a sample in messages.
         path: the ``.npy`` file, written whole or not at all (through a temporary file beside it).
+        inside: the run's output folder, below which nothing on the way to ``path`` may be a link (default:
+            ``path``'s folder).
 
     Returns:
         ResharderSubset: the count written and the uids several keys shared (each written once).
@@ -93,13 +97,9 @@ def write_resharder_uids(
     """
     pairs, repeated = resharder_uids(keys_and_uids)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.capeval-tmp")
-    try:
-        with open(tmp, "wb") as fh:  # a file object: np.save given a name would add ".npy" to it
-            np.save(fh, pairs, allow_pickle=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    folder = Path(inside) if inside is not None else path.parent
+    # A file object: np.save given a name would add ".npy" to it.
+    write_atomically(path, lambda fh: np.save(fh, pairs, allow_pickle=False), "wb", inside=folder)
     return ResharderSubset(path, len(pairs), repeated)
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from capeval.corpus.output_files import write_atomically
+
 FOLDERS = {"image": "img_emb", "text": "text_emb", "metadata": "metadata"}
 FIRST_COLUMNS = ("image_path", "caption")
 
@@ -128,9 +130,10 @@ class EmbeddingLayoutWriter:
             return []
         paths = self.paths(part)
         for kind in self.kinds:
-            _write_atomically(paths[kind], lambda fh, k=kind: np.save(fh, np.concatenate(held[k])))
+            matrix = np.concatenate(held[kind])
+            write_atomically(paths[kind], lambda fh, m=matrix: np.save(fh, m), "wb", inside=self.folder)
         table = metadata_table(held["rows"])
-        _write_atomically(paths["metadata"], lambda fh: _write_parquet(table, fh))
+        write_atomically(paths["metadata"], lambda fh: _write_parquet(table, fh), "wb", inside=self.folder)
         return [paths[kind] for kind in self.kinds] + [paths["metadata"]]
 
 
@@ -164,19 +167,6 @@ def _write_parquet(table, fh) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(table, fh)
-
-
-def _write_atomically(path: Path, write) -> None:
-    """``write(file)`` to a hidden temporary file beside ``path`` (a name no reader's ``*.npy``/``*.parquet``
-    glob matches), then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.capeval-tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def incomplete_parts(folder: str | os.PathLike) -> list[str]:

@@ -32,7 +32,7 @@ def write_resharder_subset(output: Path, kept: Sequence[dict]) -> ResharderSubse
             (run img2dataset with ``--save_additional_columns '["uid"]'``); no file is written.
     """
     return write_resharder_uids(
-        ((f"{r['shard']}/{r['key']}", r.get("uid")) for r in kept), output / RESHARDER_SUBSET
+        ((f"{r['shard']}/{r['key']}", r.get("uid")) for r in kept), output / RESHARDER_SUBSET, inside=output
     )
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from pathlib import Path
+
+from capeval.corpus.output_files import refuse_links
 
 LOCK_NAME = "run.lock"
 
@@ -58,7 +61,7 @@ class OutputLock:
         Raises:
             FolderInUseError: another run (in this process or another) holds the folder.
         """
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open()
         if not _try_lock(fd):
             try:
                 holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "holder unknown"
@@ -74,6 +77,27 @@ class OutputLock:
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since {time.ctime()}\n".encode())
         self._fd = fd
         return self
+
+    def _open(self) -> int:
+        """The lock file, open for writing: never through a link (which would truncate the file it points at), and
+        never a FIFO or device (opened without blocking, then refused).
+
+        Raises:
+            LinkInOutputError: ``run.lock`` is a symbolic link. ValueError: it is not a regular file.
+        """
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as err:
+            if os.path.islink(self.path):
+                refuse_links(self.folder, self.path)
+            raise ValueError(f"the lock file {self.path} cannot be opened ({err})") from err
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(
+                f"the lock file {self.path} is not a regular file: remove it, or give another output folder"
+            )
+        return fd
 
     def release(self) -> None:
         """Give the lock back (closing the file releases it); a second call does nothing."""

@@ -2,31 +2,21 @@
 
 ``claimed_output`` holds a folder for a run: created if new, refused if it holds files of no run
 (``claim_output_folder``: capeval never writes into, nor deletes from, a folder it did not make), locked against
-other runs (``capeval.corpus.lock``), its ``run.json`` written or checked (``check_manifest``: a rerun with other
+other runs (``capeval.corpus.lock``), refused if it holds a symbolic link (``capeval.corpus.output_files``: nothing
+is written through a link), its ``run.json`` written or checked (``check_manifest``: a rerun with other
 settings or another source is refused instead of mixing two runs), a killed run's temporaries removed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from capeval.corpus.lock import LOCK_NAME, OutputLock
-
-
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Write through a temporary file in the same folder, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+from capeval.corpus.output_files import refuse_links_below, write_atomically
 
 
 def check_manifest(output: Path, manifest: dict) -> None:
@@ -58,7 +48,7 @@ def check_manifest(output: Path, manifest: dict) -> None:
                 "model and options, or choose another output folder"
             )
         return
-    atomic_write(path, lambda fh: fh.write(json.dumps(manifest, indent=2) + "\n"))
+    write_atomically(path, lambda fh: fh.write(json.dumps(manifest, indent=2) + "\n"), inside=output)
 
 
 def claim_output_folder(output: Path) -> None:
@@ -91,6 +81,7 @@ def claimed_output(
     output.mkdir(parents=True, exist_ok=True)
     claim_output_folder(output)
     with OutputLock(output):
+        refuse_links_below(output)
         check_manifest(output, manifest)
         remove_temporaries(output)
         yield output

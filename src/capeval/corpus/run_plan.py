@@ -115,7 +115,7 @@ def _export(plan: RunPlan, output: Path, written: list[str], summary: dict, kept
     import json
 
     from capeval.corpus.exports import write_embedding_layout, write_resharder_subset
-    from capeval.corpus.run_folder import atomic_write
+    from capeval.corpus.output_files import write_atomically
 
     if plan.exports.get("resharder_subset"):
         rows = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()]
@@ -125,5 +125,5 @@ def _export(plan: RunPlan, output: Path, written: list[str], summary: dict, kept
     if plan.exports.get("embedding_layout"):
         summary["embedding_layout"] = str(write_embedding_layout(output, written))
     text = json.dumps(summary, indent=2)
-    atomic_write(output / "summary.json", lambda fh: fh.write(text))
+    write_atomically(output / "summary.json", lambda fh: fh.write(text), inside=output)
     return summary

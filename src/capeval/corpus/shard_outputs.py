@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from capeval.corpus.file_identity import file_identity, identity_changes
+from capeval.corpus.output_files import write_atomically
 from capeval.corpus.row_checks import ORIGIN_FIELDS, ORIGIN_SIZE_FIELDS, ORIGIN_TEXT_FIELDS
 from capeval.diagnostics.categories import DamagedFileWarning, InputChangedWarning, user_stacklevel
 
@@ -142,11 +143,7 @@ def write_shard_output(
     footer = {_ROWS_KEY: str(len(order)).encode(), _INPUT_KEY: json.dumps(source).encode()}
     table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(footer))
     path = output_path(output_dir, shard_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.capeval-tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-    return path
+    return write_atomically(path, lambda fh: pq.write_table(table, fh), "wb", inside=Path(output_dir))
 
 
 def _with_errors(

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from capeval.corpus.output_files import write_atomically
 from capeval.corpus.row_checks import ORIGIN_FIELDS
 from capeval.corpus.shard_outputs import FORMAT, output_path
 from capeval.diagnostics.categories import DuplicateKeyWarning, user_stacklevel
@@ -95,14 +96,14 @@ def _duplicates(shards: list[str], keys: list[str | None]) -> dict[str, Any]:
 
 
 def _write_kept(out: Path, ids: dict[str, list], keep: np.ndarray) -> int:
-    tmp = out / ".kept.jsonl.capeval-tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    def write(fh) -> None:
         for i in np.flatnonzero(keep):
             row = {"shard": ids["shard"][i], "key": ids["key"][i], "index": ids["index"][i]}
             if ids["uid"][i] is not None:  # img2dataset's uid, for DataComp's resharder
                 row["uid"] = ids["uid"][i]
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, out / "kept.jsonl")
+
+    write_atomically(out / "kept.jsonl", write, inside=out)
     return int(keep.sum())
 
 
@@ -168,9 +169,8 @@ def summarise_outputs(
         keep = ok & (scores.get(key_metric, np.zeros(len(ok))) >= cut)
         kept = _write_kept(out, ids, keep)
         summary.update(threshold=cut, kept=kept, kept_file=str(out / "kept.jsonl"))
-    tmp = out / ".summary.json.capeval-tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, out / "summary.json")
+    text = json.dumps(summary, indent=2)
+    write_atomically(out / "summary.json", lambda fh: fh.write(text), inside=out)
     return summary
 
 
