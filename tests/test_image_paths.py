@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from capeval.cli import main
-from capeval.corpus.image_paths import ImagePaths, files_identity
+from capeval.corpus.image_paths import ImagePaths, changed_files, file_record
 from capeval.corpus.run import score_corpus
 from capeval.testing.shapes import shapes_clip_path
 from tests.hostile_shards import jpeg
@@ -102,14 +102,15 @@ def test_a_path_with_a_nul_is_refused_by_name(layout):
     assert "names its image by a path that is not usable" in problem
 
 
-def test_the_files_identity_changes_when_a_named_image_is_replaced(layout):
+def test_a_recorded_image_file_is_found_changed_when_replaced_touched_or_gone(layout):
     image = layout / "data" / "images" / "in.jpg"
-    before = files_identity([str(image)])
+    recorded = [file_record(str(image)), file_record(str(layout / "gone.jpg"))]
+    assert recorded[1] == [str(layout / "gone.jpg"), None, None] and changed_files(recorded) == []
     image.write_bytes(jpeg(3) + b"\0" * 7)
-    after = files_identity([str(image)])
-    assert before["named_images"] == after["named_images"] == 1
-    assert before["named_images_sha256"] != after["named_images_sha256"]
-    assert files_identity([str(layout / "gone.jpg")]) != files_identity([])
+    assert changed_files(recorded) == [str(image)]
+    os.utime(image, ns=(recorded[0][2], recorded[0][2]))
+    (layout / "gone.jpg").write_bytes(b"")
+    assert changed_files(recorded) == [str(image), str(layout / "gone.jpg")]
 
 
 # --- Every source, every executor, the command line ---

@@ -46,9 +46,19 @@ def identity_changes(recorded: dict, current: dict) -> list[str]:
         "sampled_sha256": "content",
         "sha256": "content",
         "command": "command",
+        "content_sha256": "content",
     }
-    valued = {"size": "size", "rows": "rows", "images": "images", "etag": "ETag", "mtime": "modification time",
-              "checksum": "checksum"}  # fmt: skip
+    valued = {
+        "size": "size",
+        "rows": "rows",
+        "images": "images",
+        "etag": "ETag",
+        "mtime": "modification time",
+        "checksum": "checksum",
+        "first_line": "first line",
+        "header": "header",
+        "image_root": "image root",
+    }
     where = {"path", "folder", "bytes", "url", "checked_by"}
     changes = []
     for key in sorted((set(recorded) | set(current)) - where, key=lambda k: (k not in valued, k)):

@@ -74,18 +74,16 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def files_identity(paths: Iterable[str]) -> dict[str, object]:
-    """What a shard's output records of the image files its rows name: their count and a SHA-256 of each one's
-    path, size and modification time (a file missing counts as such), so that a replaced image is scored again."""
-    import hashlib
+def file_record(path: str) -> list:
+    """What a shard's output records of an image file a row read: ``[path, size, mtime_ns]`` as it is when the row
+    is read (``[path, None, None]`` for a file that is not there), so that a rerun finds a replaced image."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None, None]
+    return [path, st.st_size, st.st_mtime_ns]
 
-    digest = hashlib.sha256()
-    count = 0
-    for path in paths:
-        try:
-            st = os.stat(path)
-            digest.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-        except OSError:
-            digest.update(f"{path}|missing\n".encode("utf-8", "surrogateescape"))
-        count += 1
-    return {"named_images": count, "named_images_sha256": digest.hexdigest()}
+
+def changed_files(records: Iterable[list]) -> list[str]:
+    """The recorded image files (``file_record``'s) that are no longer as recorded: replaced, touched, gone."""
+    return [record[0] for record in records if file_record(record[0]) != list(record)]

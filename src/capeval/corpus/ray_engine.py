@@ -106,7 +106,17 @@ def _text(values) -> np.ndarray:
     return column
 
 
-_TEXT_COLUMNS = ("key", "shard", "caption", "references", "origin", "error", "failure", "late_errors")
+_TEXT_COLUMNS = (
+    "key",
+    "shard",
+    "caption",
+    "references",
+    "origin",
+    "image_file",
+    "error",
+    "failure",
+    "late_errors",
+)
 _MARKER_COLUMNS = ("shard_rows", "failure", "late_errors")  # what the read stage tells the driver, not rows
 
 
@@ -129,6 +139,7 @@ def _marker(
         "caption": _text([None]),
         "references": _text([None]),
         "origin": _text([None]),
+        "image_file": _text([None]),
         "error": _text([failure]),
         "pixels": np.zeros((1, size, size, 3), dtype=np.uint8),
         "shard_rows": np.array([rows], dtype=np.int64),
@@ -143,9 +154,9 @@ def _to_ray(prepared: dict[str, Any]) -> dict[str, Any]:
     # Lists of references are ragged: carried as JSON text so every block has the same column types. The
     # reader has made them lists of strings (capeval.corpus.row_checks), or None.
     out["references"] = _text([None if r is None else json.dumps(r) for r in prepared["references"]])
-    out["origin"] = _text(
-        [None if o is None else json.dumps(o) for o in prepared["origin"]]
-    )  # dicts: as text
+    # Dicts and lists: as JSON text.
+    out["origin"] = _text([None if o is None else json.dumps(o) for o in prepared["origin"]])
+    out["image_file"] = _text([None if f is None else json.dumps(f) for f in prepared["image_file"]])
     out["index"] = prepared["index"]
     out["pixels"] = prepared["pixels"]
     out["shard_rows"] = np.full(n, -1, dtype=np.int64)
@@ -168,7 +179,7 @@ class ScoreActor:
         if real.any():
             prepared = {
                 k: list(_text(_received(batch[k]))[real])
-                for k in ("key", "shard", "caption", "origin", "error")
+                for k in ("key", "shard", "caption", "origin", "image_file", "error")
             }
             references = _text(_received(batch["references"]))[real]
             prepared["references"] = [None if r is None else json.loads(r) for r in references]
@@ -185,7 +196,8 @@ class ScoreActor:
         """Every output column of ``n`` rows as a failure placeholder passes through: its key, shard, index,
         caption and error as read, NaN scores, zero embeddings; the scored rows are written over them."""
         out: dict[str, Any] = {
-            k: _text(_received(batch[k])) for k in ("key", "shard", "caption", "origin", "error")
+            k: _text(_received(batch[k]))
+            for k in ("key", "shard", "caption", "origin", "image_file", "error")
         }
         out["index"] = np.array(batch["index"], dtype=np.int64)
         for column in self.scorer.columns():

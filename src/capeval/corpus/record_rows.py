@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.image_paths import ImagePaths
+from capeval.corpus.image_paths import ImagePaths, file_record
 from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
 from capeval.corpus.row_sources import csv_dialect
 from capeval.corpus.shards import Shard, ShardRow, id_column
@@ -178,9 +178,16 @@ def _row(
     references, refs_issue = references_problem(record.get(columns.get("references") or "references"), where)
     origin, origin_issue = origin_fields(record, where)
     return ShardRow(
-        key=key, shard=shard.name, index=index, caption=caption if isinstance(caption, str) else None,
-        image=image, error=problem or refs_issue or origin_issue, references=references, origin=origin,
-    )  # fmt: skip
+        key=key,
+        shard=shard.name,
+        index=index,
+        caption=caption if isinstance(caption, str) else None,
+        image=image,
+        error=problem or refs_issue or origin_issue,
+        references=references,
+        origin=origin,
+        image_file=file_record(image) if isinstance(image, str) else None,
+    )
 
 
 def _is_picture(value: Any) -> bool:

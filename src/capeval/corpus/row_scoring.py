@@ -64,7 +64,9 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
 
     Returns:
         dict: ``key``, ``shard``, ``caption``, ``error`` (lists), ``index`` (int64 (N,)), ``references``
-        (list of lists or None), ``origin`` (dicts of ``row_checks.ORIGIN_FIELDS`` or None), ``pixels`` (N, size, size, 3) uint8 (zeros where ``error`` is set).
+        (list of lists or None), ``origin`` (dicts of ``row_checks.ORIGIN_FIELDS`` or None), ``image_file`` (the
+        file a path named, ``image_paths.file_record``, or None), ``pixels`` (N, size, size, 3) uint8 (zeros where
+        ``error`` is set).
     """
     from capeval.clip.images import preprocess_image
 
@@ -88,6 +90,7 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
         "caption": [r.caption for r in rows],
         "references": [getattr(r, "references", None) for r in rows],
         "origin": [getattr(r, "origin", None) for r in rows],
+        "image_file": [getattr(r, "image_file", None) for r in rows],
         "error": errors,
         "pixels": pixels,
     }
@@ -188,7 +191,9 @@ class RowScorer:
                     first_texts = texts
         self._raw_cosine(batch, [i for i in live if errors[i] is None], columns, images, first_texts)
         self._refuse_non_finite(live, errors, columns)
-        out: dict[str, Any] = {k: batch[k] for k in ("key", "shard", "index", "caption", "origin")}
+        out: dict[str, Any] = {
+            k: batch[k] for k in ("key", "shard", "index", "caption", "origin", "image_file")
+        }
         out.update(columns)
         out["error"] = errors
         if self.embeddings:

@@ -6,11 +6,13 @@ named after its source and place (``captions.jsonl-00003``) and carrying its ide
 resumes and summarises them exactly as it does tars:
 
 - a JSONL or CSV file: the bytes of ``chunk_size`` rows (lines; CSV records, which may span lines), identified by
-  their SHA-256, so rows appended to a file leave its earlier shards done;
+  their SHA-256 and the line they start on (a row's default key names its line), a CSV shard also by its file's
+  header (which names what each field means), so rows appended to a file leave its earlier shards done;
 - an image folder (images with a same-named ``.txt`` caption, any depth, sorted by path): ``chunk_size`` images,
   identified by every image's and caption's path, size and modification time;
 - a ``datasets.Dataset`` (in memory, or a ``save_to_disk`` folder): a range of rows, identified by the dataset's
-  fingerprint and the range; a streamed ``IterableDataset`` is read once to count its rows, then in order.
+  fingerprint and the range; a streamed ``IterableDataset`` is read once to count its rows and hash each shard's
+  content (it has no fingerprint), then in order.
 
 Listing reads a JSONL or CSV file once (to find its row boundaries and hash them); nothing is decoded.
 """
@@ -74,7 +76,16 @@ def jsonl_shards(path: Path, chunk_size: int) -> list[Shard]:
 def _byte_shard(
     path: Path, kind: str, n: int, span: tuple[int, int], first_row: int, digest, rows: int, header=()
 ) -> Shard:
-    identity = {"path": str(path.resolve()), "bytes": list(span), "rows": rows, "sha256": digest.hexdigest()}
+    # Its rows' bytes, and what gives them meaning: the line a row's default key names, a CSV file's header.
+    identity = {
+        "path": str(path.resolve()),
+        "bytes": list(span),
+        "rows": rows,
+        "sha256": digest.hexdigest(),
+        "first_line": first_row,
+    }
+    if kind == "csv":
+        identity["header"] = list(header)
     return Shard(
         path=path, name=_shard_name(path.name, n), kind=kind, span=span, first_row=first_row,
         fields=tuple(header), identity=identity,
@@ -201,15 +212,19 @@ def dataset_shards(dataset: Any, chunk_size: int, image_column: str | None) -> l
     for name, feature in features.items():
         if isinstance(feature, datasets.Image) and feature.decode and (image_column in (None, name)):
             dataset = dataset.cast_column(name, datasets.Image(decode=False))
+    contents: list[str] = []
     if isinstance(dataset, datasets.Dataset):
         total, fingerprint = len(dataset), dataset._fingerprint
-    else:
-        total, fingerprint = sum(1 for _ in dataset), None  # a stream: counted once, read in order
+    else:  # a stream: read once to count its rows and hash each shard's, then read in order
+        fingerprint = None
+        total, contents = _stream_contents(dataset, chunk_size)
     split = str(getattr(dataset, "split", None) or "rows")
     shards = []
     for n, start in enumerate(range(0, total, chunk_size)):
         span = (start, min(total, start + chunk_size))
         identity = {"fingerprint": fingerprint, "split": split, "rows": list(span)}
+        if contents:  # a stream has no fingerprint: its rows' content is its identity
+            identity["content_sha256"] = contents[n]
         shards.append(
             Shard(
                 path=None,
@@ -219,9 +234,62 @@ def dataset_shards(dataset: Any, chunk_size: int, image_column: str | None) -> l
                 first_row=start,
                 identity=identity,
                 dataset=dataset,
-            )  # fmt: skip
+            )
         )
     return shards
+
+
+def _stream_contents(stream: Any, chunk_size: int) -> tuple[int, list[str]]:
+    """A stream's row count and the SHA-256 of each ``chunk_size`` rows' content (``_feed``), in one pass."""
+    total, digests = 0, []
+    digest = hashlib.sha256()
+    for record in stream:
+        _feed(digest, record)
+        total += 1
+        if total % chunk_size == 0:
+            digests.append(digest.hexdigest())
+            digest = hashlib.sha256()
+    if total % chunk_size:
+        digests.append(digest.hexdigest())
+    return total, digests
+
+
+def _feed(digest, value: Any) -> None:
+    """``value`` into ``digest`` in a form that two equal values share and two different ones do not: a tag and a
+    length before each part (so ``["ab"]`` and ``["a", "b"]`` differ), mappings by sorted key, pictures and arrays
+    by their pixels or bytes with their shape. A value of another type goes in by its ``repr``, which may differ
+    from one process to the next: the rows are then scored again, never kept wrongly."""
+    import numpy as np
+    from PIL import Image
+
+    def part(tag: bytes, data: bytes) -> None:
+        digest.update(tag + len(data).to_bytes(8, "little") + data)
+
+    if value is None or isinstance(value, bool):
+        part(b"c", repr(value).encode())
+    elif isinstance(value, (int, float)):
+        part(b"n", repr(value).encode())
+    elif isinstance(value, str):
+        part(b"s", value.encode("utf-8", "surrogatepass"))
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        part(b"b", bytes(value))
+    elif isinstance(value, dict):
+        part(b"d", str(len(value)).encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        part(b"l", str(len(value)).encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, np.ndarray):
+        part(b"a", f"{value.dtype.str}{value.shape}".encode())
+        part(b"a", np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, Image.Image):
+        part(b"p", f"{value.mode}{value.size}".encode())
+        part(b"p", value.tobytes())
+    else:
+        part(b"r", f"{type(value).__qualname__}:{value!r}".encode("utf-8", "surrogatepass"))
 
 
 def folder_contents_message(folder: Path) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from capeval.corpus.file_identity import file_identity, identity_changes
+from capeval.corpus.image_paths import changed_files
 from capeval.corpus.output_files import write_atomically
 from capeval.corpus.row_checks import ORIGIN_FIELDS, ORIGIN_SIZE_FIELDS, ORIGIN_TEXT_FIELDS
 from capeval.diagnostics.categories import DamagedFileWarning, InputChangedWarning, user_stacklevel
@@ -39,6 +40,7 @@ from capeval.diagnostics.categories import DamagedFileWarning, InputChangedWarni
 FORMAT = "capeval-shard-scores-3"  # a folder written in another layout is refused, not resumed
 _ROWS_KEY = b"capeval.rows"
 _INPUT_KEY = b"capeval.input"
+_IMAGE_FILES_KEY = b"capeval.image_files"  # the files rows named by path, as read (image_paths.file_record)
 _TEMPORARY = re.compile(r"^\.(?P<shard>.+)\.parquet\.(?P<pid>\d+)\.capeval-tmp$")
 
 
@@ -70,14 +72,17 @@ def output_schema(score_columns: Sequence[str], embeddings: bool = False):
 
 def input_record(shard) -> dict:
     """What an output records of its input shard: a row source's identity as listed, a file's resolved path and
-    ``file_identity``."""
+    ``file_identity`` (a remote one's size and ETag, a command itself), and the image root its rows' paths were
+    read in when the user gave one (the image files themselves are recorded as read, ``write_shard_output``)."""
     if shard.identity is not None:
-        return dict(shard.identity)
-    if (
-        shard.location is not None
-    ):  # a local file as below; a remote one by size and ETag; a command by itself
-        return shard.location.identity()
-    return {"path": str(Path(shard.path).resolve()), **file_identity(shard.path)}
+        record = dict(shard.identity)
+    elif shard.location is not None:
+        record = shard.location.identity()
+    else:
+        record = {"path": str(Path(shard.path).resolve()), **file_identity(shard.path)}
+    if getattr(shard, "image_root", None) is not None:
+        record["image_root"] = shard.image_root
+    return record
 
 
 def changed_while_read(shard, record: dict) -> str | None:
@@ -140,7 +145,12 @@ def write_shard_output(
             arrays.append(pa.array(values[order], type=field.type, from_pandas=True))
         else:
             arrays.append(pa.array([values[i] for i in order], type=field.type))
-    footer = {_ROWS_KEY: str(len(order)).encode(), _INPUT_KEY: json.dumps(source).encode()}
+    files = [_image_file(f) for f in rows.get("image_file", [None] * len(order))]
+    footer = {
+        _ROWS_KEY: str(len(order)).encode(),
+        _INPUT_KEY: json.dumps(source).encode(),
+        _IMAGE_FILES_KEY: json.dumps([files[i] for i in order if files[i] is not None]).encode(),
+    }
     table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(footer))
     path = output_path(output_dir, shard_name)
     return write_atomically(path, lambda fh: pq.write_table(table, fh), "wb", inside=Path(output_dir))
@@ -158,6 +168,13 @@ def _with_errors(
         for values in scores.values():
             values[place[index]] = np.nan
     return {**rows, "error": error, **scores}
+
+
+def _image_file(value) -> list | None:
+    """A row's image file record: a list, JSON text from Ray, or None (NaN from Arrow for a column of nulls)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return json.loads(value) if isinstance(value, str) else list(value)
 
 
 def _origin(value) -> dict:
@@ -191,8 +208,9 @@ class _NotOurs(Exception):
     """A readable Parquet file without capeval's footer."""
 
 
-def _recorded(path: Path) -> tuple[int, int, dict | None]:
-    """(rows held, rows the footer records, the input recorded) of an output file.
+def _recorded(path: Path) -> tuple[int, int, dict | None, list | None]:
+    """(rows held, rows the footer records, the input recorded, the image files its rows read, or None where the
+    footer does not record them) of an output file.
 
     Raises:
         _NotOurs: the footer is not capeval's (a file capeval did not write).
@@ -205,8 +223,9 @@ def _recorded(path: Path) -> tuple[int, int, dict | None]:
     if _ROWS_KEY not in footer:
         raise _NotOurs
     source = json.loads(footer[_INPUT_KEY]) if _INPUT_KEY in footer else None
+    files = json.loads(footer[_IMAGE_FILES_KEY]) if _IMAGE_FILES_KEY in footer else None
     pq.read_table(path, columns=["key"])
-    return meta.num_rows, int(footer[_ROWS_KEY]), source
+    return meta.num_rows, int(footer[_ROWS_KEY]), source, files
 
 
 def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> bool:
@@ -225,7 +244,7 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
     if not path.exists():
         return False
     try:
-        held, recorded, previous = _recorded(path)
+        held, recorded, previous, files = _recorded(path)
         if held != recorded:
             raise OSError(f"it holds {held} rows, its footer says {recorded}")
     except _NotOurs:
@@ -241,7 +260,7 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
             stacklevel=user_stacklevel(),
         )
         return False
-    changes = identity_changes(previous or {}, source)
+    changes = identity_changes(previous or {}, source) or _image_file_changes(files)
     if changes:
         warnings.warn(
             f"input shard {shard_name} ({_where(source)}) changed since {path} was written ({', '.join(changes)}); "
@@ -251,6 +270,17 @@ def is_done(output_dir: str | os.PathLike, shard_name: str, source: dict) -> boo
         )
         return False
     return True
+
+
+def _image_file_changes(files: list | None) -> list[str]:
+    """What changed among the image files a shard's rows read by path (``image_paths.changed_files``), in words."""
+    if files is None:
+        return ["its output does not record the image files its rows read (written by an older capeval)"]
+    changed = changed_files(files)
+    if not changed:
+        return []
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return [f"{len(changed)} of the {len(files)} image file(s) its rows name changed ({shown})"]
 
 
 def _where(record: dict) -> str:

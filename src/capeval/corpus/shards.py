@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capeval.corpus.image_paths import ImagePaths
+from capeval.corpus.image_paths import ImagePaths, file_record
 from capeval.corpus.locations import list_locations
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import (
@@ -115,6 +115,9 @@ class ShardRow:
     error: str | None = None
     references: list[str] | None = None  # a tar sample's .json "references", a Parquet "references" column
     origin: dict | None = None  # uid, url and sizes as img2dataset recorded them (row_checks.origin_fields)
+    image_file: list | None = (
+        None  # the image file a path names, as it was when read (image_paths.file_record)
+    )
 
 
 def list_shards(
@@ -336,9 +339,11 @@ class _ParquetFields:
         where = f"row {key if key is not None else index}"
         if isinstance(image, dict):  # datasets' Image struct
             image = image.get("bytes") or image.get("path")
+        image_file = None
         if isinstance(image, str) and image:
             image, refused = self.paths.resolve(image, where)
             problem = problem or refused
+            image_file = file_record(image) if image is not None else None
         if problem is None and (image is None or image == b""):
             problem = f"{where} has no image in column {self.image_col!r}"
         problem = _download_problem(recorded, where) or problem
@@ -354,6 +359,7 @@ class _ParquetFields:
             error=problem or refs_issue or origin_issue,
             references=references,
             origin=origin,
+            image_file=image_file,
         )
 
 
