@@ -155,3 +155,39 @@ def test_a_part_cut_short_before_its_metadata_is_reported_and_leaves_no_temporar
 def test_a_whole_layout_has_no_incomplete_part(written):
     folder, _ = written
     assert incomplete_parts(folder) == []
+
+
+# --- A rerun's layout holds its own rows only ---
+
+
+def test_a_rerun_makes_the_layout_anew_removing_an_earlier_runs_parts_and_says_so(tmp_path):
+    from capeval.corpus.run import score_corpus
+    from capeval.testing.shapes import shapes_clip_path
+    from capeval.testing.shapes_shards import write_shapes_shards
+    from tests.hostile_shards import write_tar
+
+    shards, out = tmp_path / "shards", tmp_path / "out"
+    write_shapes_shards(shards, shards=9, rows_per_shard=2)
+    options = dict(model=str(shapes_clip_path()), embedding_layout=True, progress=False)
+    first = score_corpus(shards, out, **options)
+    assert first.summary["embedding_layout_parts"] == 9 and first.summary["embedding_layout_removed"] == []
+    (out / "embeddings" / "index").mkdir()
+    (out / "embeddings" / "index" / "knn.index").write_bytes(b"an index built from the layout")
+    # A tenth shard: the part numbers get two digits, and the nine one-digit parts are an earlier run's.
+    write_shapes_shards(tmp_path / "more", shards=10, rows_per_shard=2)
+    os.replace(tmp_path / "more" / "00009.tar", shards / "00009.tar")
+    second = score_corpus(shards, out, **options)
+    names = sorted(p.name for p in (out / "embeddings" / "img_emb").iterdir())
+    assert names == [f"img_emb_{i:02d}.npy" for i in range(10)]
+    assert len(second.summary["embedding_layout_removed"]) == 27  # 9 parts x (img, text, metadata)
+    assert sum(pq.read_metadata(p).num_rows for p in (out / "embeddings" / "metadata").iterdir()) == 20
+    # A shard whose every sample became an error row: its part goes, not its old vectors.
+    write_tar(shards / "00004.tar", [("a.jpg", b"not a picture"), ("a.txt", b"a red circle")])
+    third = score_corpus(shards, out, **options)
+    assert sorted(third.summary["embedding_layout_removed"]) == [
+        "img_emb/img_emb_04.npy",
+        "metadata/metadata_04.parquet",
+        "text_emb/text_emb_04.npy",
+    ]
+    assert third.summary["embedding_layout_parts"] == 9 and incomplete_parts(out / "embeddings") == []
+    assert (out / "embeddings" / "index" / "knn.index").read_bytes() == b"an index built from the layout"

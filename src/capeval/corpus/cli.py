@@ -176,7 +176,11 @@ def corpus_command(args) -> int:
             f"DataComp resharder subset: {s['resharder_subset']['file']} ({s['resharder_subset']['uids']} uids)"
         )
     if "embedding_layout" in s:
-        print(f"clip-retrieval embedding layout: {s['embedding_layout']}")
+        removed = s["embedding_layout_removed"]
+        stale = f"; {len(removed)} file(s) of an earlier run's layout removed" if removed else ""
+        print(
+            f"clip-retrieval embedding layout: {s['embedding_layout']} ({s['embedding_layout_parts']} part(s){stale})"
+        )
     for name, signature in s["signatures"].items():
         print(f"signature ({name}): {signature}")
     print(f"scores: {result.scores}  summary: {result.output_dir / 'summary.json'}")

@@ -169,6 +169,20 @@ def _write_parquet(table, fh) -> None:
     pq.write_table(table, fh)
 
 
+def layout_files(folder: str | os.PathLike) -> list[Path]:
+    """The files of ``folder`` that this layout names (``img_emb/img_emb_N.npy``, ``text_emb/text_emb_N.npy``,
+    ``metadata/metadata_N.parquet``): what a reader of the layout globs. Other files there are not the layout's."""
+    folder = Path(folder)
+    found = []
+    for kind, sub in FOLDERS.items():
+        suffix = ".parquet" if kind == "metadata" else ".npy"
+        for path in sorted((folder / sub).glob(f"{sub}_*{suffix}")):
+            number = path.name[len(sub) + 1 : -len(suffix)]
+            if number.isdigit() and not path.is_symlink():
+                found.append(path)
+    return found
+
+
 def incomplete_parts(folder: str | os.PathLike) -> list[str]:
     """The parts of a layout whose files disagree, in words (a ``.npy`` without its metadata, row counts that
     differ); empty when every part is whole. Reads only the ``.npy`` headers and the Parquet footers."""

@@ -12,12 +12,13 @@ clip-retrieval's embedding layout.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from capeval.corpus.datacomp import ResharderSubset, write_resharder_uids
-from capeval.corpus.embedding_layout import EmbeddingLayoutWriter
+from capeval.corpus.embedding_layout import EmbeddingLayoutWriter, layout_files
 from capeval.corpus.shard_outputs import output_path
 
 RESHARDER_SUBSET = "kept_uids.npy"
@@ -36,16 +37,27 @@ def write_resharder_subset(output: Path, kept: Sequence[dict]) -> ResharderSubse
     )
 
 
-def write_embedding_layout(output: Path, shard_names: Sequence[str]) -> Path:
-    """``OUTPUT/embeddings/`` in clip-retrieval's layout from the shards' outputs (written with embeddings).
+@dataclass(frozen=True)
+class EmbeddingLayout:
+    """What ``write_embedding_layout`` wrote: the folder, its parts with rows, and the files of an earlier run's
+    layout it removed (parts this run no longer has: fewer shards, other part numbers, a part now without rows)."""
 
-    Returns:
-        Path: the layout's folder.
+    folder: Path
+    parts: int
+    removed: list[str]
+
+
+def write_embedding_layout(output: Path, shard_names: Sequence[str]) -> EmbeddingLayout:
+    """``OUTPUT/embeddings/`` in clip-retrieval's layout from the shards' outputs (written with embeddings), made
+    anew at each run's end: the layout's files this run did not write are removed, so an indexer reading the folder
+    finds this run's rows only (files that are not the layout's are left alone).
     """
     import pyarrow.parquet as pq
 
     folder = output / EMBEDDING_LAYOUT
     writer = EmbeddingLayoutWriter(folder, max(1, len(shard_names)))
+    written: set[Path] = set()
+    parts = 0
     for part, name in enumerate(shard_names):
         table = pq.read_table(output_path(output, name))
         held = [i for i, e in enumerate(table.column("image_embedding").to_pylist()) if e is not None]
@@ -61,5 +73,12 @@ def write_embedding_layout(output: Path, shard_names: Sequence[str]) -> Path:
                 for kind in ("image", "text")
             }
             writer.add(part, metadata, **embeddings)
-        writer.finish(part)
-    return folder
+        files = writer.finish(part)
+        written.update(files)
+        parts += bool(files)
+    removed = []
+    for path in layout_files(folder):
+        if path not in written:
+            path.unlink()
+            removed.append(str(path.relative_to(folder)))
+    return EmbeddingLayout(folder, parts, removed)

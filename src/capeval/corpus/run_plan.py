@@ -123,7 +123,10 @@ def _export(plan: RunPlan, output: Path, written: list[str], summary: dict, kept
         summary["resharder_subset"] = {"file": str(subset.path), "uids": subset.count,
                                        "uids_of_several_rows": len(subset.repeated)}  # fmt: skip
     if plan.exports.get("embedding_layout"):
-        summary["embedding_layout"] = str(write_embedding_layout(output, written))
+        layout = write_embedding_layout(output, written)
+        summary["embedding_layout"] = str(layout.folder)
+        summary["embedding_layout_parts"] = layout.parts
+        summary["embedding_layout_removed"] = layout.removed
     text = json.dumps(summary, indent=2)
     write_atomically(output / "summary.json", lambda fh: fh.write(text), inside=output)
     return summary
