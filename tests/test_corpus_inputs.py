@@ -157,3 +157,28 @@ def test_score_corpus_runs_no_pipe_command_from_a_list_or_without_the_opt_in(tmp
     assert not ran.exists() and not (tmp_path / "out").exists()
     result = score_corpus(command, tmp_path / "out", model=MODEL, progress=False, allow_pipe=True)
     assert ran.exists() and result.summary["scored"] == 1
+
+
+# --- A cut that cannot be made says so ---
+
+
+def test_a_top_fraction_of_no_scored_row_writes_a_null_threshold_with_the_reason_and_fails_the_command(
+    tmp_path, capsys
+):
+    (tmp_path / "in").mkdir()
+    write_tar(tmp_path / "in" / "00000.tar", [("a.jpg", b"no picture"), ("a.txt", b"a red circle")])
+    args = ["corpus", str(tmp_path / "in"), "--model", MODEL, "--no-progress", "--top-fraction", "0.5"]
+    assert main([*args, "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "no row has a clipscore score (of 1 row(s), 1 are error rows), so the top 0.5 has no threshold" in err
+    )
+    text = (tmp_path / "out" / "summary.json").read_text()
+    assert "NaN" not in text
+    summary = json.loads(text)
+    assert (
+        summary["threshold"] is None
+        and summary["kept"] == 0
+        and "no threshold" in summary["threshold_missing"]
+    )
+    assert (tmp_path / "out" / "kept.jsonl").read_text() == ""

@@ -43,6 +43,7 @@ def test_threads_are_the_share_of_the_cores_less_workers_and_other_load(monkeypa
     assert torch_threads(8, busy_elsewhere=12.0) == 1  # at least one
     torch.set_num_threads(2)  # never more than torch was given (OMP_NUM_THREADS)
     assert torch_threads(0) == 2
+    assert torch_threads(0, ceiling=16) == 16  # the run's own ceiling, whatever the count is now
 
 
 def test_usable_cores_are_this_process_affinity():
@@ -140,6 +141,13 @@ def test_the_local_executor_sets_the_threads_before_each_shard_from_the_load(
     torch.set_num_threads(4)
     assert _threads_per_shard(tmp_path, monkeypatch, [0.0, 1.0, 5.0], shards=3) == [4, 3, 1]
     assert torch.get_num_threads() == 4  # torch's own count is back after the run
+
+
+def test_the_threads_go_up_again_when_the_load_goes_away(tmp_path, monkeypatch, threads_of_torch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(4)
+    # One busy shard does not leave every later shard on one thread: the count starts from torch's at the run's start.
+    assert _threads_per_shard(tmp_path, monkeypatch, [5.0, 0.0, 1.0], shards=3) == [1, 4, 3]
 
 
 def test_threads_pinned_by_omp_num_threads_are_kept_whatever_the_load(

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 ray = pytest.importorskip("ray")
 
@@ -350,7 +351,7 @@ def test_read_stage_prepares_every_row_of_a_shard_then_its_end_marker_and_one_fa
 
     write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)
     (tmp_path / "in" / "00001.tar").write_bytes(b"not a tar" * 100)
-    reads = {"columns": {}, "batch_size": 2, "image_size": 32}
+    reads = {"columns": {}, "batch_size": 2, "image_size": 32, "max_image_pixels": Image.MAX_IMAGE_PIXELS}
     rows = ray_engine._read_stage(local_ray, list_shards(tmp_path / "in"), reads).take_all()
     good = [r for r in rows if r["shard"] == "00000" and r["index"] >= 0]
     assert sorted(r["index"] for r in good) == [0, 1, 2] and {r["shard_rows"] for r in good} == {-1}
@@ -370,7 +371,7 @@ def test_read_stage_sends_a_tars_repeated_key_with_the_end_marker(local_ray, tmp
     (tmp_path / "in" / "00000.tar").write_bytes(
         H.tar_of(*H.sample("a", seed=1), *H.sample("b", seed=2), *H.sample("a", seed=3))
     )
-    reads = {"columns": {}, "batch_size": 2, "image_size": 32}
+    reads = {"columns": {}, "batch_size": 2, "image_size": 32, "max_image_pixels": Image.MAX_IMAGE_PIXELS}
     rows = ray_engine._read_stage(local_ray, list_shards(tmp_path / "in"), reads).take_all()
     assert sorted(r["index"] for r in rows) == [-1, 0, 1, 2]
     assert all(r["error"] is None for r in rows)  # read one by one, no row knows yet
@@ -599,3 +600,24 @@ def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
     ):
         ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("abc"))
     assert sorted(_table(tmp_path)) == ["b"]
+
+
+def test_the_callers_pixel_limit_and_a_long_csv_field_give_the_same_rows_on_ray_as_locally(
+    local_ray, tmp_path, monkeypatch
+):
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)  # 96x72 pictures: 6,912 pixels
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 5_000)  # the caller's limit, set in the driver only
+    local = score_corpus(tmp_path / "in", tmp_path / "local", model=MODEL, progress=False)
+    remote = score_corpus(tmp_path / "in", tmp_path / "ray", model=MODEL, progress=False, executor="ray")
+    assert local.summary["scored"] == remote.summary["scored"] == 0
+    errors = [r["error"] for r in pq.read_table(tmp_path / "ray" / "scores" / "00000.parquet").to_pylist()]
+    assert all("exceeds limit of 5000 pixels" in e for e in errors)
+    monkeypatch.undo()
+    # A field over Python's own 128 KiB CSV limit, in a column no metric reads.
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "a.png")
+    (tmp_path / "rows.csv").write_text(f"image,caption,notes\na.png,a black square,{'x' * 200_000}\n")
+    local = score_corpus(tmp_path / "rows.csv", tmp_path / "csv-local", model=MODEL, progress=False)
+    remote = score_corpus(
+        tmp_path / "rows.csv", tmp_path / "csv-ray", model=MODEL, progress=False, executor="ray"
+    )
+    assert local.summary["scored"] == remote.summary["scored"] == 1 and remote.summary["failed_shards"] == {}

@@ -149,7 +149,7 @@ def corpus_command(args) -> int:
 
     s = result.summary
     if not process_state().is_main_process:
-        return 1 if s["failed_shards"] else 0
+        return 1 if s["failed_shards"] or s.get("threshold_missing") else 0
     means = ", ".join(f"{k} {v:.4f}" for k, v in s["mean"].items() if v is not None) or "no row scored"
     print(f"{s['scored']} of {s['rows']} rows scored in {s['shards']} shard file(s): {means}")
     if s["errors"]:
@@ -169,7 +169,9 @@ def corpus_command(args) -> int:
             )
         for shard, why in downloads["incomplete_shards"].items():
             print(f"shard {shard} may be incomplete: {why}", file=sys.stderr)
-    if "kept" in s:
+    if s.get("threshold_missing"):
+        print(f"capeval corpus: {s['threshold_missing']}", file=sys.stderr)
+    elif "kept" in s:
         print(f"kept {s['kept']} row(s) with {s['key_metric']} >= {s['threshold']:.4f}: {s['kept_file']}")
     if "resharder_subset" in s:
         print(
@@ -184,4 +186,4 @@ def corpus_command(args) -> int:
     for name, signature in s["signatures"].items():
         print(f"signature ({name}): {signature}")
     print(f"scores: {result.scores}  summary: {result.output_dir / 'summary.json'}")
-    return 1 if s["failed_shards"] else 0
+    return 1 if s["failed_shards"] or s.get("threshold_missing") else 0

@@ -38,13 +38,17 @@ def threads_pinned() -> bool:
     return bool(os.environ.get("OMP_NUM_THREADS", "").strip())
 
 
-def torch_threads(decode_workers: int, processes: int = 1, busy_elsewhere: float = 0.0) -> int:
+def torch_threads(
+    decode_workers: int, processes: int = 1, busy_elsewhere: float = 0.0, ceiling: int | None = None
+) -> int:
     """The model's torch threads: this process's share of the usable cores, less one per decoding worker, less the
-    cores busy with other work (``busy_elsewhere``, rounded), at least one, and never more than torch was given."""
+    cores busy with other work (``busy_elsewhere``, rounded), at least one, and never more than torch was given
+    when the run started (``ceiling``; default: torch's count now). The count is decided afresh at each call from
+    that ceiling, so it goes up again when the load goes away."""
     import torch
 
     share = usable_cores() // max(1, processes) - decode_workers - round(busy_elsewhere)
-    return max(1, min(torch.get_num_threads(), share))
+    return max(1, min(torch.get_num_threads() if ceiling is None else ceiling, share))
 
 
 class CoreLoad:

@@ -58,7 +58,7 @@ def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> 
                 time.sleep(max(0.0, FIRST_LOOK_SECONDS - (time.monotonic() - started)))
                 first = False
             busy = load.busy_elsewhere()
-        torch.set_num_threads(torch_threads(workers, processes, busy))
+        torch.set_num_threads(torch_threads(workers, processes, busy, ceiling=before))
 
     try:
         yield set_threads

@@ -66,7 +66,12 @@ def _import_ray():
 
 
 def read_and_prepare(
-    batch: dict[str, np.ndarray], columns: dict[str, Any], batch_size: int, image_size: int, datasets: dict
+    batch: dict[str, np.ndarray],
+    columns: dict[str, Any],
+    batch_size: int,
+    image_size: int,
+    datasets: dict,
+    max_image_pixels: int | None,
 ):
     """Read task: one shard's rows as they are read (``reader.rows_or_why``, as the local executor reads them),
     prepared ``batch_size`` at a time (plain columns Ray can move), so a task holds one batch of the shard at once.
@@ -74,9 +79,14 @@ def read_and_prepare(
     After the rows comes a one-row end marker (row index -1) carrying ``shard_rows``, the shard's row count, so the
     driver knows when the shard is whole, and ``late_errors`` (``reader.ShardRows``); a shard that cannot be read,
     at its start or part-way, gives a marker whose ``failure`` says why instead. ``datasets`` holds the object
-    references of the ``datasets`` datasets the shards name (each put in the object store once).
+    references of the ``datasets`` datasets the shards name (each put in the object store once);
+    ``max_image_pixels`` is the driver's ``PIL.Image.MAX_IMAGE_PIXELS`` (a caller may have changed it), so a
+    worker refuses the images the local executor refuses, no more and no fewer.
     """
     import ray
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = max_image_pixels
 
     for blob in batch["shard"]:
         shard = pickle.loads(blob)
@@ -243,7 +253,14 @@ def run_on_ray(
     pool = _actor_pool(
         ray.cluster_resources().get("GPU", 0), options, size=num_workers, gpus=worker_gpus, cpus=worker_cpus
     )
-    reads = {"columns": columns, "batch_size": batch_size, "image_size": image_size}
+    from PIL import Image
+
+    reads = {
+        "columns": columns,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "max_image_pixels": Image.MAX_IMAGE_PIXELS,
+    }
     with _data_context(ray, batch_bytes(batch_size, image_size), pool.size):
         ds = _read_stage(ray, shards, reads)
         constructor = {"metrics": list(metrics), "embeddings": embeddings}

@@ -15,7 +15,7 @@ from typing import Any
 
 from capeval.corpus.image_paths import ImagePaths, file_record
 from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
-from capeval.corpus.row_sources import csv_dialect
+from capeval.corpus.row_sources import csv_records
 from capeval.corpus.shards import Shard, ShardRow, id_column
 from capeval.json_files import InputFileError, parse_json
 
@@ -93,12 +93,10 @@ def _jsonl_records(shard: Shard):
 
 def _csv_records(shard: Shard, columns: dict[str, Any]):
     """``(index, record, where, default key)`` of each CSV record; a references cell holds a JSON list."""
-    import csv
-
     header = list(shard.fields)
     # Lines as the listing cut them (csv_shards); a data span never starts at the file's byte-order mark.
     text = (line.decode("utf-8") for line in _span_lines(shard))
-    reader = csv.reader(text, dialect=csv_dialect(shard.path))
+    reader = csv_records(text, shard.path)
     index, next_line = 0, shard.first_row
     for values in reader:
         line, next_line = next_line, shard.first_row + reader.line_num  # a record may span several lines

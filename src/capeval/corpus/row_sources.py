@@ -121,17 +121,24 @@ def csv_dialect(path: Path) -> str:
     return "excel-tab" if path.suffix.lower() == ".tsv" else "excel"
 
 
+def csv_records(lines: Iterator[str], path: Path):
+    """``csv.reader`` over a CSV (or TSV) file's lines, with capeval's field limit: the one reader of CSV records,
+    for the listing and for every process that reads rows (the limit is the ``csv`` module's, per process: set in
+    the listing's process only, a Ray worker kept Python's 128 KiB and ended the run on a longer field)."""
+    csv.field_size_limit(MAX_CSV_FIELD_BYTES)
+    return csv.reader(lines, dialect=csv_dialect(path))
+
+
 def csv_shards(path: Path, chunk_size: int) -> list[Shard]:
     """The shards of a CSV (or TSV) file with a header line: ``chunk_size`` records each.
 
     Raises:
         ValueError: the file is not UTF-8 or not CSV (naming the line).
     """
-    csv.field_size_limit(MAX_CSV_FIELD_BYTES)
     shards: list[Shard] = []
     with open(path, "rb") as fh:
         lines = _CountingLines(fh, path.name)
-        reader = csv.reader(lines, dialect=csv_dialect(path))
+        reader = csv_records(lines, path)
         try:
             header = next(reader, None)
             if not header:

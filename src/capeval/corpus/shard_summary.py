@@ -9,6 +9,7 @@ shard or across shards) are counted in the summary and shown, with a warning.
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections import Counter
@@ -166,9 +167,16 @@ def summarise_outputs(
     elif threshold is not None:
         cut = float(threshold)
     if cut is not None:
+        # No scored row has no top fraction: the threshold is null (NaN is no JSON) and says why; nothing is kept.
+        undefined = math.isnan(cut)
         keep = ok & (scores.get(key_metric, np.zeros(len(ok))) >= cut)
         kept = _write_kept(out, ids, keep)
-        summary.update(threshold=cut, kept=kept, kept_file=str(out / "kept.jsonl"))
+        summary.update(threshold=None if undefined else cut, kept=kept, kept_file=str(out / "kept.jsonl"))
+        if undefined:
+            summary["threshold_missing"] = (
+                f"no row has a {key_metric} score (of {len(ok)} row(s), {int((~ok).sum())} are error rows), so "
+                f"the top {top_fraction} has no threshold and no row is kept"
+            )
     text = json.dumps(summary, indent=2)
     write_atomically(out / "summary.json", lambda fh: fh.write(text), inside=out)
     return summary
