@@ -172,3 +172,67 @@ def test_ray_writes_the_same_rows_as_the_local_engine(hostile_rows, tmp_path, ti
             np.testing.assert_allclose(ray[key]["refclipscore"], local[key]["refclipscore"], atol=1e-6)
         else:
             assert local[key]["refclipscore"] is None and ray[key]["refclipscore"] is None
+
+
+# --- Text that is not valid Unicode ---
+
+
+def test_a_lone_surrogate_in_a_key_caption_reference_or_url_is_refused_naming_the_character():
+    from capeval.corpus.row_checks import origin_fields
+
+    assert key_problem("\ud800x", "row 1") == (
+        None,
+        "row 1 has a key that is not valid Unicode (a lone surrogate, '\\ud800', at character 0)",
+    )
+    assert caption_problem("a \udfff b", "row 2") == (
+        "row 2 has a caption that is not valid Unicode (a lone surrogate, '\\udfff', at character 2)"
+    )
+    assert references_problem(["ok", "x\ud800"], "row 3")[1] == (
+        "row 3 has a reference (1) that is not valid Unicode (a lone surrogate, '\\ud800', at character 1)"
+    )
+    assert origin_fields({"url": "http://x/\ud800"}, "row 4")[1].startswith(
+        "row 4 has a url that is not valid"
+    )
+
+
+def test_a_reference_over_the_caption_size_cap_is_refused_naming_its_size():
+    refs = ["fine", "x" * (MAX_CAPTION_BYTES + 1)]
+    assert references_problem(refs, "row a") == (None, (
+        "row a has a reference (1) of 65,537 bytes; capeval reads at most 65,536 per reference, as per caption "
+        "(capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
+    ))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_lone_surrogates_in_jsonl_rows_and_tar_sidecars_are_error_rows_on_both_engines(tmp_path, local_ray):
+    from capeval.testing.shapes import shapes_clip_path
+    from tests.hostile_shards import write_tar
+
+    Image.fromarray(np.zeros((24, 24, 3), np.uint8)).save(tmp_path / "a.png")
+    lines = [
+        r'{"image": "a.png", "caption": "a black \ud800 square"}',
+        r'{"id": "\ud800", "image": "a.png", "caption": "a black square"}',
+        r'{"image": "a.png", "caption": "a black square", "url": "http://x/\udfff"}',
+        r'{"image": "a.png", "caption": "a black square", "\ud800": 1, "\ud800": 2}',
+        r'{"image": "a.png", "caption": "a black square"}',
+    ]
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "tars").mkdir()
+    write_tar(tmp_path / "tars" / "00000.tar", [
+        ("a.png", _png(0)), ("a.txt", b"a black square"), ("a.json", rb'{"uid": "\ud800"}'),
+        ("b.png", _png(9)), ("b.txt", b"a black square"), ("b.json", rb'{"references": ["\udfff"]}'),
+        ("c.png", _png(9)), ("c.txt", b"a black square"),
+    ])  # fmt: skip
+    model = str(shapes_clip_path())
+    for source in (tmp_path / "rows.jsonl", tmp_path / "tars"):
+        runs = {engine: score_corpus(source, tmp_path / f"{source.name}-{engine}", model=model, progress=False,
+                                     executor=engine) for engine in ("local", "ray")}  # fmt: skip
+        rows = {
+            engine: [r["error"] for r in _written(tmp_path / f"{source.name}-{engine}").values()]
+            for engine in runs
+        }
+        assert (
+            rows["local"] == rows["ray"]
+            and runs["local"].summary["scored"] == runs["ray"].summary["scored"] == 1
+        )
+        assert all("not valid Unicode" in e or '"\\ud800" appears twice' in e for e in rows["local"] if e)

@@ -227,6 +227,10 @@ def _duplicate_message(data: bytes, text: str, dup: _DuplicateKey, where: str) -
         place = _listed([f"line {n} column {c}" for n, c in zip(lines, columns, strict=True)])
     times = "twice" if len(offsets) == 2 else f"{len(offsets)} times"
     key = json.dumps(dup.key, ensure_ascii=False)
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a \ud800 escape): shown escaped, so the message can be written
+        key = json.dumps(dup.key)
     return f"{where}: key {key} appears {times} in one object ({place}); each key may appear once"
 
 

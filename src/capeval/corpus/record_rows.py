@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from capeval.corpus.image_paths import ImagePaths, file_record
-from capeval.corpus.row_checks import caption_problem, key_problem, origin_fields, references_problem
+from capeval.corpus.row_checks import (
+    caption_problem,
+    key_problem,
+    origin_fields,
+    references_problem,
+    writable,
+)
 from capeval.corpus.row_sources import csv_records
 from capeval.corpus.shards import Shard, ShardRow, id_column
 from capeval.json_files import InputFileError, parse_json
@@ -179,7 +185,7 @@ def _row(
         key=key,
         shard=shard.name,
         index=index,
-        caption=caption if isinstance(caption, str) else None,
+        caption=writable(caption),
         image=image,
         error=problem or refs_issue or origin_issue,
         references=references,

@@ -19,13 +19,31 @@ long-text models), so a longer caption only costs memory on its way to the token
 64 would take 1 GiB as fixed-width text. Longer ones are error rows."""
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` is not Unicode that can be written (a lone surrogate, which JSON's ``\\ud800`` escape gives and
+    no UTF-8 file, Parquet column or tokenizer takes), naming the character; None when it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"is not valid Unicode (a lone surrogate, {text[err.start]!r}, at character {err.start})"
+    return None
+
+
+def writable(text: Any) -> str | None:
+    """``text`` when it is a string that can be written to an output, else None (an error row keeps no such text)."""
+    return text if isinstance(text, str) and unicode_problem(text) is None else None
+
+
 def key_problem(key: Any, where: str) -> tuple[str | None, str | None]:
     """A sample's key as text, and why it is not one (``None`` when it is).
 
-    Integers (a Parquet ``int64`` key column) are written in decimal; a missing key (null) or any other type
-    is refused, so no key is invented (``str(None)`` would read as the key ``"None"``).
+    Integers (a Parquet ``int64`` key column) are written in decimal; a missing key (null), text that is not valid
+    Unicode or any other type is refused, so no key is invented (``str(None)`` would read as the key ``"None"``).
     """
     if isinstance(key, str):
+        problem = unicode_problem(key)
+        if problem is not None:
+            return None, f"{where} has a key that {problem}"
         return key, None
     if isinstance(key, int) and not isinstance(key, bool):
         return str(key), None
@@ -46,7 +64,10 @@ def caption_problem(caption: Any, where: str, field: str = "") -> str | None:
     if not isinstance(caption, str):
         # Not str(caption): a number is no caption.
         return f"{where} has a caption of type {type(caption).__name__} ({caption!r:.60}){field}"
-    size = len(caption.encode("utf-8", "surrogatepass"))
+    problem = unicode_problem(caption)
+    if problem is not None:
+        return f"{where} has a caption that {problem}{field}"
+    size = len(caption.encode("utf-8"))
     if size > MAX_CAPTION_BYTES:
         return (
             f"{where} has a caption of {size:,} bytes{field}; capeval reads at most {MAX_CAPTION_BYTES:,} "
@@ -84,6 +105,15 @@ def references_problem(references: Any, where: str) -> tuple[list[str] | None, s
                 f"{where} has references that are not all text: reference {j} is "
                 f"{type(ref).__name__} ({ref!r:.60})"
             )
+        problem = unicode_problem(ref)
+        if problem is not None:
+            return None, f"{where} has a reference ({j}) that {problem}"
+        size = len(ref.encode("utf-8"))
+        if size > MAX_CAPTION_BYTES:
+            return None, (
+                f"{where} has a reference ({j}) of {size:,} bytes; capeval reads at most {MAX_CAPTION_BYTES:,} "
+                "per reference, as per caption (capeval.corpus.row_checks.MAX_CAPTION_BYTES)"
+            )
     return list(references), None
 
 
@@ -105,6 +135,9 @@ def origin_fields(record: Any, where: str) -> tuple[dict[str, Any] | None, str |
         value = record.get(name)
         if value is not None and not isinstance(value, str):
             return None, f"{where} has a {name} of type {type(value).__name__} ({value!r:.60}), not text"
+        problem = unicode_problem(value) if value is not None else None
+        if problem is not None:
+            return None, f"{where} has a {name} that {problem}"
     for name in ORIGIN_SIZE_FIELDS:
         value = record.get(name)
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):

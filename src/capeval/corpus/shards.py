@@ -36,6 +36,7 @@ from capeval.corpus.row_checks import (
     origin_fields,
     read_sidecar,
     references_problem,
+    writable,
 )
 from capeval.corpus.tar_members import TarSample, TarUnreadable, tar_samples
 
@@ -354,7 +355,7 @@ class _ParquetFields:
             key=key,
             shard=shard.name,
             index=index,
-            caption=caption if isinstance(caption, str) else None,
+            caption=writable(caption),
             image=image,
             error=problem or refs_issue or origin_issue,
             references=references,
