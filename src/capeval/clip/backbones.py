@@ -30,11 +30,10 @@ from capeval.clip.image_constants import (
     folder_origins,
     image_settings_file,
 )
-from capeval.clip.model_sources import (  # hub_offline, model_unavailable: re-exported, callers import them here
-    hub_offline,  # noqa: F401
+from capeval.clip.model_sources import (  # model_unavailable: re-exported, callers import it here
+    HubModelUnavailableError,
     locate_model,
     model_unavailable,  # noqa: F401
-    offline_help,
 )
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
@@ -308,7 +307,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise _weights_refusal(folder, err) from err
     except OSError as err:
         if source == model and not Path(model).exists():
-            raise OSError(offline_help(model)) from err
+            raise HubModelUnavailableError(model) from err
         raise
     except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
         refusal = _damaged_weights(folder, err)
