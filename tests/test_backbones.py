@@ -34,12 +34,15 @@ def test_revision_of_a_local_folder_is_the_weights_hash(tiny_clip_dir):
 
 
 def test_missing_hub_model_offline_says_how_to_fix_it(monkeypatch):
+    from capeval.testing.shapes import shapes_clip_path
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(OSError) as err:
         load_backbone("openai/clip-vit-large-patch14-not-cached")
     msg = str(err.value)
     assert "openai/clip-vit-large-patch14-not-cached" in msg
-    assert "HF_HUB_OFFLINE" in msg and "model='/path/to/a/local/clip/folder'" in msg
+    assert "HF_HUB_OFFLINE=1 is set" in msg and "pass model= a local CLIP folder" in msg
+    assert msg.endswith(f"model={str(shapes_clip_path())!r}")
 
 
 def test_unknown_local_folder_and_bad_ids_are_clear_errors(tmp_path):

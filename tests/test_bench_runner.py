@@ -263,6 +263,23 @@ def test_benchmarks_without_data_are_reported_not_run(tmp_path):
     assert "votes" in abstract.skipped
 
 
+def test_a_data_folder_that_is_not_there_is_refused_at_once_naming_it(tmp_path):
+    with pytest.raises(ValueError, match=r"data_dir '.*no-such-benchmarks' does not exist: expected the "
+                       r"benchmarks' data folder, one sub-folder per benchmark \(flickr8k/ for Flickr8k-Expert\)"):  # fmt: skip
+        run_benchmark("flickr8k_expert", ["length"], data_dir=tmp_path / "no-such-benchmarks", progress=False)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ValueError, match=r"data_dir '.*a-file' is not a folder"):
+        run_benchmark("flickr8k_expert", ["length"], data_dir=tmp_path / "a-file", progress=False)
+
+
+def test_a_benchmark_folder_given_as_path_that_is_not_there_is_refused_naming_it(tmp_path):
+    with pytest.raises(
+        ValueError,
+        match=r"path '.*flickr8k-typo' does not exist: expected the folder holding the Flickr8k-Expert",
+    ):
+        run_benchmark("flickr8k_expert", ["length"], path=tmp_path / "flickr8k-typo", progress=False)
+
+
 def test_pairwise_benchmarks_average_over_reference_draws(tmp_path):
     run = run_benchmark(
         "abstract50s",
@@ -292,7 +309,7 @@ def test_report_has_paper_tables_published_values_skips_and_plots(tmp_path):
             "flickr8k_expert", ["length", overlap], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False
         ),
         run_benchmark("foil", ["length"], data_dir=FIX, cache=ScoreCache(tmp_path), progress=False),
-        run_benchmark("composite", ["length"], data_dir=tmp_path / "nothing", progress=False),
+        run_benchmark("composite", ["length"], data_dir=tmp_path, progress=False),
     ]
     report = write_report(runs, tmp_path / "report")
     text = report.read_text()

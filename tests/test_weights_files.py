@@ -4,7 +4,9 @@ damaged weights file, or one that is a device, is a ValueError naming the file."
 
 from __future__ import annotations
 
+import re
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -201,3 +203,170 @@ def test_a_cut_pytorch_weights_file_is_a_value_error_naming_the_file(tiny_clip_d
     clear_cache()
     with pytest.raises(ValueError, match="pytorch_model.bin is truncated or corrupt"):
         capeval.CLIPScore(model=str(folder), device="cpu")
+
+
+# --- Tensors declaring more elements than their file holds ---
+
+HUGE = (40000, 32000)  # 1.28e9 float32 values: 5.1 GB declared
+
+
+def _zero_strides() -> torch.Tensor:
+    """A (40000, 32000) float32 tensor over one stored value: a view that costs 4 bytes until something copies it."""
+    return torch.empty(1).as_strided(HUGE, (0, 0))
+
+
+def _declaring(shape_and_strides: str) -> str:
+    return (
+        rf"tensor '{shape_and_strides}' declares shape \(40000, 32000\), 1,280,000,000 elements \(5\.1 GB as "
+        r"float32\), over a storage of 1 element\(s\) \(4 bytes\): its strides \(0, 0\) make elements share a "
+        r"place, so the first copy of it would allocate the whole declared size; refused before any copy"
+    )
+
+
+@pytest.fixture(scope="module")
+def declared_size_outcomes(tiny_clip_dir, tmp_path_factory):
+    """Each loader given a small file holding a 5 GB declared tensor, in one child process whose address space is
+    capped 3 GB above its imports: a loader that copied the tensor would fail there with an allocation error."""
+    import json
+    import struct
+
+    from safetensors.torch import load_file
+
+    from tests.memory_capped import run_capped
+
+    tmp = tmp_path_factory.mktemp("declared")
+    sd = load_file(tiny_clip_dir / "model.safetensors")
+    torch.save(
+        {"positional_embedding": torch.zeros(2, 2), "logit_scale": _zero_strides()}, tmp / "longclip-B.pt"
+    )
+    torch.save({"logit_scale": torch.zeros(1, 32000).expand(HUGE)}, tmp / "open_clip_model.pt")
+    torch.save({"state_dict": {**sd, "logit_scale": _zero_strides()}}, tmp / "clip_ViT-B-32.pth")
+    folder = tmp / "bin-model"
+    shutil.copytree(tiny_clip_dir, folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({**sd, "logit_scale": _zero_strides()}, folder / "pytorch_model.bin")
+    # Rows 32 elements apart, each 32000 long: 5.1 GB declared over 5.2 MB stored.
+    torch.save({"w": torch.empty(1_312_000).as_strided(HUGE, (32, 1))}, tmp / "overlapping.pt")
+    torch.save(
+        {
+            "w": torch.sparse_coo_tensor(
+                torch.zeros(2, 1, dtype=torch.long), torch.ones(1), HUGE, check_invariants=True
+            )
+        },
+        tmp / "sparse.pt",
+    )
+    header = json.dumps(
+        {"logit_scale": {"dtype": "F32", "shape": list(HUGE), "data_offsets": [0, 4]}}
+    ).encode()
+    header += b" " * (-len(header) % 8)
+    (tmp / "huge.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    load, read = "capeval.clip.backbones:load_backbone", "capeval.clip.checkpoints.files:read_state_dict"
+    cpu = {"device": "cpu"}
+    files = {
+        name: tmp / name
+        for name in (
+            "longclip-B.pt",
+            "open_clip_model.pt",
+            "clip_ViT-B-32.pth",
+            "overlapping.pt",
+            "sparse.pt",
+        )
+    }
+    outcomes = run_capped(
+        {
+            "longclip": (load, [f"longclip:{files['longclip-B.pt']}"], cpu),
+            "open_clip": (load, [f"open_clip:ViT-B-32-quickgelu/openai:{files['open_clip_model.pt']}"], cpu),
+            "pacs": (load, [str(tiny_clip_dir)], {**cpu, "checkpoint": str(files["clip_ViT-B-32.pth"])}),
+            "folder": (load, [str(folder)], cpu),
+            "overlapping": (read, [str(files["overlapping.pt"])], {}),
+            "sparse": (read, [str(files["sparse.pt"])], {}),
+            "safetensors": (read, [str(tmp / "huge.safetensors")], {}),
+        }
+    )
+    return outcomes, tmp
+
+
+def _refusal(outcomes: dict, case: str) -> str:
+    kind, message = outcomes[case]
+    assert kind == "ValueError", f"{case}: {kind}: {message}"
+    return message
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the address-space cap reads /proc")
+def test_a_long_clip_file_declaring_gigabytes_over_one_value_is_refused_naming_file_and_tensor(
+    declared_size_outcomes,
+):
+    outcomes, tmp = declared_size_outcomes
+    assert re.search(
+        re.escape(str(tmp / "longclip-B.pt")) + ": " + _declaring("logit_scale"),
+        _refusal(outcomes, "longclip"),
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the address-space cap reads /proc")
+def test_an_open_clip_file_with_an_expanded_tensor_is_refused_before_any_copy(declared_size_outcomes):
+    outcomes, tmp = declared_size_outcomes
+    message = _refusal(outcomes, "open_clip")
+    assert re.search(r"open_clip_model\.pt: tensor 'logit_scale' declares shape \(40000, 32000\), 1,280,000,000 "
+                     r"elements \(5\.1 GB as float32\), over a storage of 32,000 element\(s\) \(128\.0 KB\): its "
+                     r"strides \(0, 1\) make elements share a place", message)  # fmt: skip
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the address-space cap reads /proc")
+def test_a_pacs_checkpoint_declaring_gigabytes_is_refused_naming_the_tensor_under_its_state_dict(
+    declared_size_outcomes,
+):
+    outcomes, _ = declared_size_outcomes
+    assert re.search(
+        r"clip_ViT-B-32\.pth: " + _declaring("state_dict/logit_scale"), _refusal(outcomes, "pacs")
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the address-space cap reads /proc")
+def test_a_model_folders_pytorch_weights_declaring_gigabytes_are_refused_before_transformers_reads_them(
+    declared_size_outcomes,
+):
+    outcomes, _ = declared_size_outcomes
+    assert re.search(
+        r"bin-model/pytorch_model\.bin: " + _declaring("logit_scale"), _refusal(outcomes, "folder")
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the address-space cap reads /proc")
+def test_overlapping_strides_and_sparse_tensors_are_refused_and_safetensors_cannot_declare_more(
+    declared_size_outcomes,
+):
+    outcomes, _ = declared_size_outcomes
+    assert re.search(r"overlapping\.pt: tensor 'w' declares shape \(40000, 32000\), 1,280,000,000 elements "
+                     r"\(5\.1 GB as float32\), over a storage of 1,312,000 element\(s\) \(5\.2 MB\): its strides "
+                     r"\(32, 1\) make elements share a place", _refusal(outcomes, "overlapping"))  # fmt: skip
+    assert re.search(
+        r"sparse\.pt: tensor 'w' is a sparse_coo tensor of shape \(40000, 32000\); weights are dense tensors",
+        _refusal(outcomes, "sparse"),
+    )
+    # The safetensors reader checks each shape against its byte range before anything is allocated.
+    assert re.search(r"huge\.safetensors is truncated or corrupt: not a readable safetensors file .*invalid shape",
+                     _refusal(outcomes, "safetensors"))  # fmt: skip
+
+
+def test_a_tensor_named_under_many_names_is_refused_past_twice_the_file_size(tmp_path):
+    from capeval.clip.checkpoints.files import read_state_dict
+
+    shared = torch.zeros(250_000)  # 1 MB, stored once, named eight times
+    torch.save({f"w{i}": shared for i in range(8)}, tmp_path / "aliases.pt")
+    with pytest.raises(ValueError, match=r"aliases\.pt: its tensors declare 8\.0 MB in all, more than 2 times the "
+                       r"file's 1\.0 MB \(largest: 'w0', 1\.0 MB\).*refused before any copy"):  # fmt: skip
+        read_state_dict(tmp_path / "aliases.pt")
+
+
+def test_tied_weights_and_views_over_one_storage_without_repeats_are_read(tmp_path):
+    from capeval.clip.checkpoints.files import read_state_dict
+
+    qkv = torch.arange(12.0).reshape(3, 4)
+    tied = torch.ones(5, 4)
+    torch.save(
+        {"q": qkv[0], "k": qkv[1], "v": qkv[2], "t": qkv.t(), "emb": tied, "head": tied}, tmp_path / "ok.pt"
+    )
+    sd = read_state_dict(tmp_path / "ok.pt")
+    assert torch.equal(sd["v"], torch.tensor([8.0, 9.0, 10.0, 11.0])) and torch.equal(sd["t"], qkv.t())
+    assert sd["emb"].untyped_storage().data_ptr() == sd["head"].untyped_storage().data_ptr()

@@ -334,8 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as err:
         if os.environ.get("CAPEVAL_DEBUG"):
             raise
-        # Input problems are reported as one line naming the item, not as a traceback.
-        print(f"capeval: error: {err}", file=sys.stderr)
+        from capeval.clip.model_sources import HubModelUnavailableError
+
+        # Input problems are reported as one line naming the item, not as a traceback; advice in this
+        # interface's words (--model, not model=).
+        message = err.command_line if isinstance(err, HubModelUnavailableError) else err
+        print(f"capeval: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -276,6 +276,11 @@ def _score_benchmark(benchmark: Benchmark, plan: RunPlan, settings: _RunSettings
     for m in plan.metrics:
         if (benchmark.name, m.key) in plan.skipped and not run.skipped:
             run.outcomes[m.key] = MetricOutcome(m.key, m.name, skipped=plan.skipped[(benchmark.name, m.key)])
+    from capeval.clip.model_sources import HubModelUnavailableError
+
+    for o in run.outcomes.values():
+        if isinstance(o.error, HubModelUnavailableError):  # the advice in the command line's words (--model)
+            o.skipped = f"failed: {type(o.error).__name__}: {o.error.command_line}"
     return run
 
 

@@ -210,12 +210,13 @@ def _capeval_unavailable(declared, display: str, kwargs: dict) -> str | None:
             return f"vectors file {vectors!r} not found: pass --vectors with an existing file or a known name"
     if "model" in takes:
         from capeval.clip.backbones import DEFAULT_MODEL, model_unavailable
+        from capeval.clip.model_sources import local_model_advice
 
         # With a checkpoint and no model, PAC-S / EMScore take the base the checkpoint names.
         model = kwargs.get("model") or (None if checkpoint else DEFAULT_MODEL)
         why = model_unavailable(model) if model else None
         if why:
-            return f"{why}: pass --model /path/to/a/local/clip/folder (a CLIPModel.save_pretrained folder)"
+            return f"{why}: {local_model_advice(command_line=True)}"
     return None
 
 

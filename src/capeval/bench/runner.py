@@ -17,6 +17,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
+from capeval.bench._common import offline
 from capeval.bench.benchmark_types import Benchmark, Setting, Unit
 from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.cache import ScoreCache, unit_key
@@ -161,11 +162,17 @@ def run_benchmark(
         metric_options: options for capeval metrics (``model``, ``device``, ``dtype``, ``batch_size``).
         progress: progress bars (None: when stderr is a terminal).
         strict: raise a metric's error instead of recording it.
+
+    Raises:
+        ValueError: ``data_dir`` (or ``path``) is not a folder, unless the benchmark reads its Hub dataset instead
+            (online). A folder without this benchmark's data is a skipped run (``run.skipped`` says why), not an
+            error: a data folder holds the benchmarks downloaded so far.
     """
     bench = get_benchmark(benchmark) if isinstance(benchmark, str) else benchmark
     options = dict(options or {})
     run = BenchmarkRun(bench)
     if dataset is None:
+        _check_data_folder(bench, data_dir, path)
         where = Path(path) if path is not None else bench.data_path(data_dir if data_dir is not None else ".")
         try:
             dataset = bench.load(where, options)
@@ -257,6 +264,30 @@ def _score_settings(m: BenchMetric, run, cache, outcome, bar, strict: bool) -> d
         per_setting[setting.name] = scores if m.higher_is_better else -scores
         bar.update(1)
     return per_setting
+
+
+def _check_data_folder(
+    bench: Benchmark, data_dir: str | os.PathLike | None, path: str | os.PathLike | None
+) -> None:
+    """Refuse a ``data_dir`` or ``path`` that is not a folder, by name: recorded as a skipped run, the mistake
+    surfaced only later, as a ``TypeError`` on the run's empty dataset. A benchmark whose loader reads its Hub
+    dataset when the folder is absent (online) is let through."""
+    if bench.hub_repo is not None and not offline():
+        return
+    if path is not None:
+        where, expected = Path(path).expanduser(), f"the folder holding the {bench.title} files"
+        name = "path"
+    elif data_dir is not None:
+        where = Path(data_dir).expanduser()
+        expected = (
+            f"the benchmarks' data folder, one sub-folder per benchmark ({bench.folder}/ for {bench.title})"
+        )
+        name = "data_dir"
+    else:
+        return
+    if not where.is_dir():
+        what = "is not a folder" if where.exists() else "does not exist"
+        raise ValueError(f"{name} {str(where)!r} {what}: expected {expected}")
 
 
 def run_benchmarks(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.files import check_finite
+from capeval.clip.checkpoints.files import check_finite, check_pickled_weights
 from capeval.clip.devices import DTYPES, place_for_scoring, resolve_device, resolve_dtype
 from capeval.clip.families import CLIP, Family, context_length, lower_cases
 from capeval.clip.image_constants import (
@@ -30,11 +30,10 @@ from capeval.clip.image_constants import (
     folder_origins,
     image_settings_file,
 )
-from capeval.clip.model_sources import (  # hub_offline, model_unavailable: re-exported, callers import them here
-    hub_offline,  # noqa: F401
+from capeval.clip.model_sources import (  # model_unavailable: re-exported, callers import it here
+    HubModelUnavailableError,
     locate_model,
     model_unavailable,  # noqa: F401
-    offline_help,
 )
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
@@ -292,6 +291,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
             _check_tokenizer_files(folder, model, hub)
         # Before the weights are read: a folder whose normalisation is unknown costs nothing to refuse.
         size, constants = _image_constants(folder, config, None, family)
+    check_pickled_weights(folder, _PICKLED_WEIGHTS_HINT)  # before transformers reads them
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -307,7 +307,7 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
         raise _weights_refusal(folder, err) from err
     except OSError as err:
         if source == model and not Path(model).exists():
-            raise OSError(offline_help(model)) from err
+            raise HubModelUnavailableError(model) from err
         raise
     except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
         refusal = _damaged_weights(folder, err)
@@ -375,13 +375,17 @@ def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool, fam
     )
 
 
+_PICKLED_WEIGHTS_HINT = (
+    "Use the model's safetensors weights (model.safetensors), or re-save them from a trusted copy."
+)
+
+
 def _weights_refusal(folder: Path, err: pickle.UnpicklingError) -> ValueError:
     """The refused pickled weights file of a model folder, with the globals it would have needed."""
     from capeval.clip.checkpoints.files import unpickling_refusal
 
-    hint = "Use the model's safetensors weights (model.safetensors), or re-save them from a trusted copy."
     for path in sorted(folder.glob("*.bin")):
-        refusal = unpickling_refusal(path, err, hint)
+        refusal = unpickling_refusal(path, err, _PICKLED_WEIGHTS_HINT)
         if "truncated or corrupt" not in str(refusal):  # globals named: a refusal of this file, not damage
             return refusal
     names = ", ".join(p.name for p in sorted(folder.glob("*.bin"))) or "its weights"

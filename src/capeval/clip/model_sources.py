@@ -1,12 +1,20 @@
 """Where a model named by ``model=`` lives: a local folder or a Hub id (downloaded when allowed), found before
-anything is loaded, with errors that say how to make an offline model available."""
+anything is loaded, with errors that say how to make an offline model available.
+
+A Hub id outside the local cache is downloaded only after one bounded question to the Hub (``hub_probe``): with
+no network, huggingface_hub's five retries took about 25 s before the same refusal. The refusal names the way to
+pass a local model in the words of where it was made (``model=`` in Python, ``--model`` on the command line) and
+the shapes CLIP shipped with capeval, the one model that loads with no network and no cache.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from capeval.clip.checkpoints.files import weights_sha256
+from capeval.clip.hub_probe import hub_offline, offline_switch, probe_hub, worth_downloading
 
 
 def _looks_like_path(model: str) -> bool:
@@ -14,24 +22,58 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
 
 
-def hub_offline() -> bool:
-    """Whether the Hugging Face Hub is switched off (``HF_HUB_OFFLINE``, or huggingface_hub's own setting)."""
-    from huggingface_hub import constants
+def shipped_shapes_clip() -> Path:
+    """The folder of the small CLIP trained on drawn shapes that ships inside the package
+    (``capeval.testing.shapes.shapes_clip_path()`` returns it): it loads offline, for trying capeval out."""
+    return Path(__file__).resolve().parents[1] / "testing" / "assets" / "shapes-clip"
 
+
+def local_model_advice(command_line: bool = False) -> str:
+    """How to name a model that loads here, in Python's words (``model=``) or the command line's (``--model``)."""
+    shapes = str(shipped_shapes_clip())
+    option, example = (
+        ("--model", f"--model {shlex.quote(shapes)}") if command_line else ("model=", f"model={shapes!r}")
+    )
     return (
-        os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False", "no")
-        or constants.is_offline_mode()
+        f"pass {option} a local CLIP folder (saved with CLIPModel.save_pretrained, with its tokenizer files); the "
+        f"shapes CLIP shipped with capeval loads offline, for trying capeval out (a small CLIP trained on drawn "
+        f"shapes: its scores mean nothing on photographs): {example}"
     )
 
 
-def offline_help(model: str) -> str:
-    state = "HF_HUB_OFFLINE=1 is set" if hub_offline() else "the Hub could not be reached"
+def offline_help(model: str, why: str | None = None, command_line: bool = False) -> str:
+    """Why a Hub model that is not in the local cache cannot be loaded now, and what to do, naming only settings
+    the user made (``HF_HUB_OFFLINE`` is named when it is set, never otherwise).
+
+    Args:
+        model: the Hub id.
+        why: what the Hub did, as a phrase after "the Hub" (``probe_hub``'s), when it was asked.
+        command_line: advice in the command line's words (``--model``) instead of Python's (``model=``).
+    """
+    if hub_offline():
+        switch = offline_switch()
+        state = f"{switch} is set"
+        fetch = f"run once with network access and without {switch.split('=')[0]}, so it is downloaded into the cache"
+    else:
+        state = f"the Hub {why}" if why else "the Hub could not be reached"
+        fetch = "run once with network access, so it is downloaded into the cache"
     return (
-        f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. "
-        f"Either run once with network access (unset HF_HUB_OFFLINE) so '{model}' is downloaded, "
-        "or pass model='/path/to/a/local/clip/folder' (a folder saved with CLIPModel.save_pretrained, "
-        "with its tokenizer files)."
+        f"model {model!r} could not be loaded: it is not in the local Hugging Face cache and {state}. Either "
+        f"{fetch}, or {local_model_advice(command_line)}"
     )
+
+
+class HubModelUnavailableError(OSError):
+    """A Hub model the local cache lacks and the Hub cannot give now. ``str()`` says what to do in Python's
+    words (``model=``); ``command_line`` says it in the command line's (``--model``), for the CLI to print."""
+
+    def __init__(self, model: str, why: str | None = None) -> None:
+        super().__init__(offline_help(model, why))
+        self.model, self.why = model, why
+        self.command_line = offline_help(model, why, command_line=True)
+
+    def __reduce__(self):
+        return type(self), (self.model, self.why)
 
 
 def locate_model(model: str) -> tuple[Path, str]:
@@ -50,7 +92,7 @@ def locate_model(model: str) -> tuple[Path, str]:
         return local.resolve(), weights_sha256(local)
     if _looks_like_path(model) or local.exists():
         raise ValueError(f"model {model!r}: no such folder (and it is not a Hub id of the form 'org/name')")
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import (
         EntryNotFoundError,
         HFValidationError,
@@ -59,17 +101,26 @@ def locate_model(model: str) -> tuple[Path, str]:
     )
 
     try:
-        config_path = Path(hf_hub_download(model, "config.json"))
+        cached = isinstance(try_to_load_from_cache(model, "config.json"), str)
     except HFValidationError as err:
         raise ValueError(f"model {model!r} is neither a local folder nor a valid Hub id: {err}") from err
+    why = None  # what the Hub said when asked: named in a refusal that follows
+    if not cached:
+        if hub_offline():
+            raise HubModelUnavailableError(model)
+        why = probe_hub(model)  # one request, at most PROBE_TIMEOUT_S: never huggingface_hub's retries
+        if not worth_downloading(why):
+            raise HubModelUnavailableError(model, why)
+    try:
+        config_path = Path(hf_hub_download(model, "config.json"))
     except LocalEntryNotFoundError as err:  # a subclass of EntryNotFoundError: test it first
-        raise OSError(offline_help(model)) from err
+        raise HubModelUnavailableError(model, why) from err
     except RepositoryNotFoundError as err:
         raise ValueError(f"unknown model {model!r}: no such repository on the Hugging Face Hub") from err
     except EntryNotFoundError as err:
         raise ValueError(f"model {model!r} has no config.json: not a transformers model") from err
     except OSError as err:
-        raise OSError(offline_help(model)) from err
+        raise HubModelUnavailableError(model, why) from err
     # Hub snapshots live in .../snapshots/<commit>/: the commit is the revision.
     return config_path.parent, config_path.parent.name[:7]
 
@@ -112,7 +163,7 @@ def model_unavailable(model: str) -> str | None:
         return f"model {model!r} is neither a local folder nor a valid Hub id: {err}"
     if isinstance(cached, str) or not hub_offline():
         return None
-    return f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 is set"
+    return f"model {model!r} is not in the local Hugging Face cache and {offline_switch()} is set"
 
 
 def download_needed(model: str) -> str | None:

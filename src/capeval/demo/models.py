@@ -1,7 +1,7 @@
 """The CLIP a demo runs, decided once when the Space starts, and what the page says about it.
 
 In order: the operator's model (``CAPEVAL_DEMO_MODEL``); else the paper's CLIP (``DEFAULT_MODEL``) when it is in
-the local Hugging Face cache or the Hub serves it now (``capeval.demo.hub_probe``: one request, a 2 s bound);
+the local Hugging Face cache or the Hub serves it now (``capeval.clip.hub_probe``: one request, a 2 s bound);
 else the tiny shapes CLIP shipped with capeval, under a banner that says its scores mean nothing outside
 its world of drawn shapes. The header's sentence on what the scores mean follows the model in use, and a
 Hub model that cannot be had at Score time is a message naming it, at once, never a wait through retries.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capeval.clip.backbones import DEFAULT_MODEL
+from capeval.clip.hub_probe import PROBE_TIMEOUT_S, in_local_cache, is_hub_id, probe_hub
 from capeval.demo.choices import MODEL_ENV, SHAPES_KEY, Choice, label_of, same_folder, shapes_clip
-from capeval.demo.hub_probe import PROBE_TIMEOUT_S, in_local_cache, is_hub_id, probe_hub
 from capeval.demo.limits import InputError
 
 logger = logging.getLogger(__name__)

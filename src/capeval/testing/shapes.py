@@ -80,7 +80,9 @@ def shapes_clip_path() -> Path:
 
     Pass ``str(shapes_clip_path())`` as ``model=`` to any capeval metric.
     """
-    return Path(__file__).resolve().parent / "assets" / "shapes-clip"
+    from capeval.clip.model_sources import shipped_shapes_clip
+
+    return shipped_shapes_clip()  # named in the engine's offline errors too
 
 
 def example_items(n_images: int = 12, seed: int = 0, size: tuple[int, int] = (160, 120)) -> dict[str, dict]:

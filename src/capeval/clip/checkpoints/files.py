@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from capeval.clip.checkpoints.layout import METADATA_KEYS
+from capeval.clip.checkpoints.tensor_views import check_declared_sizes
 
 
 def require_regular_file(path: Path, what: str = "checkpoint file") -> None:
@@ -83,24 +84,28 @@ def torch_load_weights(path: str | Path, hint: str = _PACS_HINT):
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a truncated or corrupt file, or one whose unpickling would need code (nothing is run).
+        ValueError: a truncated or corrupt file, one whose unpickling would need code (nothing is run), or one
+            whose tensors declare more elements than it holds (``tensor_views.check_declared_sizes``: zero or
+            overlapping strides), refused before anything copies them.
     """
     path = Path(path)
     require_regular_file(path)
     try:
         with torch.serialization.safe_globals(_data_only_globals()):
             try:
-                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             except RuntimeError as err:
                 if "mmap" not in str(err):
                     raise
-                return torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
+                obj = torch.load(path, map_location="cpu", weights_only=True)  # pre-1.6 (non-zip) format
     except pickle.UnpicklingError as err:
         raise unpickling_refusal(path, err, hint) from err
     except (RuntimeError, EOFError, KeyError, ValueError, OSError) as err:
         raise ValueError(
             f"{path} is truncated or corrupt: not a readable PyTorch checkpoint ({err})"
         ) from err
+    check_declared_sizes(obj, path)
+    return obj
 
 
 def read_state_dict(path: str | Path, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
@@ -166,6 +171,21 @@ def read_model_folder(folder: Path) -> dict[str, torch.Tensor]:
         except Exception as err:  # noqa: BLE001 - safetensors raises several types for damaged files
             raise ValueError(f"{f} is truncated or corrupt: not a readable safetensors file ({err})") from err
     return sd
+
+
+def check_pickled_weights(folder: Path, hint: str) -> None:
+    """Read the pickled weights of a model folder that transformers will read (``*.bin``, where the folder has no
+    safetensors weights) with ``torch_load_weights`` first: a pickle that needs code, or tensors declaring more
+    elements than their file holds, are refused naming the file (and the tensor) before transformers reads them.
+    A Hub snapshot's weights not yet downloaded are read by transformers alone.
+
+    Raises:
+        ValueError: see ``torch_load_weights``; ``hint`` says what to do about a refused pickle.
+    """
+    if any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file():
+        return  # transformers prefers the safetensors weights, whose reader checks every shape against its bytes
+    for path in sorted(folder.glob("*.bin")):
+        torch_load_weights(path, hint)
 
 
 def check_finite(
