@@ -305,8 +305,10 @@ def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_fil
     gaps = (a - b).abs().amax(dim=1)
     plain = [captions.index("a plain caption"), captions.index("a green triangle")]
     assert gaps[plain].max().item() < 1e-6 and gaps.max().item() > 1e-2
-    # Stored scores of the two readings are keyed apart: the file's signature names it as an OpenCLIP file.
-    assert "|model=open_clip:" in capeval.CLIPScore(model=str(open_clip_files[0]["shortest"])).signature
+    # Stored scores of the two readings are keyed apart: the file's signature names it as an OpenCLIP file, and,
+    # as every CLIP's, the tokenisation revision that reads a word-final capital sigma as open_clip does.
+    signature = capeval.CLIPScore(model=str(open_clip_files[0]["shortest"])).signature
+    assert "|model=open_clip:" in signature and "|tokenization=2|" in signature
 
 
 # --- One file named under two architectures or tags ---

@@ -147,7 +147,7 @@ def test_a_siglip2_model_object_is_lower_cased_as_its_folder(folders):
 def test_siglip2_signatures_name_the_lower_casing(folders):
     scorer = capeval.CLIPScore(model=str(folders["siglip2"]), device="cpu")
     assert (
-        "|family=siglip|image_resize=exact:32x32|text=max_length:64|lowercase=ascii|prefix="
+        "|family=siglip|image_resize=exact:32x32|text=max_length:64|lowercase=ascii|tokenization=2|prefix="
         in scorer.signature
     )
 
@@ -161,7 +161,7 @@ def test_siglip_t5_tokenizer_lower_cases_by_itself_and_its_signature_is_unchange
     first, second = _ids(scorer.backbone, ["A Dog", "a dog"])
     assert first == second  # SiglipTokenizer's own do_lower_case
     assert (
-        "|text=max_length:48|prefix=A photo depicts|" in scorer.signature
+        "|text=max_length:48|tokenization=2|prefix=A photo depicts|" in scorer.signature
         and "lowercase" not in scorer.signature
     )
 

@@ -37,7 +37,7 @@ import torch
 
 from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
-from capeval.clip.tokenization import PREFIX, ascii_lower, tokenize_captions
+from capeval.clip.tokenization import PREFIX, TOKENIZATION_REVISION, ascii_lower, tokenize_captions
 
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
@@ -66,6 +66,8 @@ class Family:
         special_tokens_as_text: a caption spelling one of the tokenizer's special tokens (``<eos>``, ``</s>``,
             ``<pad>``) is text, not that token (transformers' ``split_special_tokens``): SentencePiece, which the
             authors tokenised with, never matches its control pieces in text.
+        tokenization: the revision of capeval's reading of its captions (``TOKENIZATION_REVISION`` where the last
+            change of that reading touched the family), named in signatures from 2 on.
     """
 
     name: str
@@ -80,6 +82,7 @@ class Family:
     follows_do_lower_case: bool = False
     special_text: str = "openai"
     special_tokens_as_text: bool = False
+    tokenization: int = 1
 
     @property
     def default_prefix(self) -> str:
@@ -103,9 +106,11 @@ class Family:
             ) from err
 
 
-CLIP = Family("clip", "CLIPModel", "CLIPConfig")
+CLIP = Family("clip", "CLIPModel", "CLIPConfig", tokenization=TOKENIZATION_REVISION)
 # OpenCLIP weights files (capeval.clip.open_clip_files): a CLIPModel whose captions go through open_clip's tokenizer.
-OPEN_CLIP_FILE = Family("clip", "CLIPModel", "CLIPConfig", special_text="open_clip")
+OPEN_CLIP_FILE = Family(
+    "clip", "CLIPModel", "CLIPConfig", special_text="open_clip", tokenization=TOKENIZATION_REVISION
+)
 FAMILIES: dict[str, Family] = {
     "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
     "siglip": Family(
@@ -116,6 +121,7 @@ FAMILIES: dict[str, Family] = {
         token_projection="text_model.head",
         follows_do_lower_case=True,
         special_tokens_as_text=True,  # big_vision's SentencePiece (T5's, Gemma's) read "<eos>" as "<", "eos", ">"
+        tokenization=TOKENIZATION_REVISION,
     ),  # SigLIP and the fixed-resolution SigLIP 2 checkpoints (model_type "siglip", Gemma tokenizer)
     # AlignProcessor's text defaults: padding="max_length", max_length=64 (transformers processing_align.py).
     "align": Family("align", "AlignModel", "AlignConfig", max_length=64, pools_first=True),
@@ -434,20 +440,22 @@ def pooled_token_id(backbone) -> int:
 
 
 def signature_fields(backbone) -> dict[str, str]:
-    """What a non-CLIP family changes in a score, for signatures (nothing for CLIPModel: its signatures stay)."""
+    """What the family changes in a score, for signatures: for families other than CLIP their name, image geometry
+    and text padding; for every family its tokenisation revision from 2 on (``Family.tokenization``)."""
     family = getattr(backbone, "family", CLIP)
-    if family.is_clip:
-        # An OpenCLIP file trained with open_clip's "squash" resize: CLIP otherwise, so only the resize is named.
-        if isinstance(backbone.image_size, ProcessorGeometry):
-            return {"image_resize": backbone.image_size.describe()}
-        return {}
-    fields = {"family": family.name}
+    fields = {}
+    if not family.is_clip:
+        fields["family"] = family.name
+    # An OpenCLIP file trained with open_clip's "squash" resize is CLIP otherwise, so only the resize is named.
     if isinstance(backbone.image_size, ProcessorGeometry):
         fields["image_resize"] = backbone.image_size.describe()
-    fields["text"] = f"{family.text_padding}:{backbone.context_length}"
+    if not family.is_clip:
+        fields["text"] = f"{family.text_padding}:{backbone.context_length}"
     if getattr(backbone, "lowercase", False):
         # Only where capeval lower-cases and transformers does not (SigLIP 2): other signatures stay as they were.
         fields["lowercase"] = "ascii"
+    if family.tokenization > 1:
+        fields["tokenization"] = str(family.tokenization)
     return fields
 
 

@@ -32,6 +32,11 @@ import ftfy
 import regex
 
 PREFIX = "A photo depicts"  # Hessel et al. 2021, sec. 3: the prompt prepended to every caption
+# Revision of how capeval turns captions into token ids, named in the signatures of the families that declare it
+# (``capeval.clip.families.Family.tokenization``) so that scores and embeddings of an earlier reading are not mixed
+# with this one. 2: CLIP's BPE reads special-token spellings and Unicode case as the authors' tokenizers do, SigLIP
+# reads special-token spellings as text. A signature without the field was made by revision 1.
+TOKENIZATION_REVISION = 2
 # The start- and end-of-text spellings each reference tokenizer matches in a caption's text, in that order.
 _SPECIAL_SPELLINGS = {
     "openai": ("<|startoftext|>", "<|endoftext|>"),  # clip/simple_tokenizer.py
