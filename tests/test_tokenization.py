@@ -142,6 +142,10 @@ def test_a_full_word_cache_starts_over_and_stays_exact(clip_tokenizer, monkeypat
     captions = ["a red circle left of a blue square", "two green triangles", "one yellow star ."]
     for _ in range(2):
         assert tokenize_captions(clip_tokenizer, captions, 77)[0] == _tokenizer_only(clip_tokenizer, captions)
+    # The pieces of other captions, likewise.
+    others = ["ΟΔΟΣ café “naïve” x..<|endoftext|>y", "ÉLAN <|ENDOFTEXT|> ﬁne", "日本語 😀 a<b"]
+    for _ in range(2):
+        assert tokenize_captions(clip_tokenizer, others, 77)[0] == openai_tokenize(others)
 
 
 class _PositionalTokenizer:

@@ -138,13 +138,14 @@ def _encode_with_tokenizer(tokenizer, cleaned: list[str]) -> list[list[int]]:
     return [list(ids) for ids in encoded["input_ids"]]
 
 
-def _fill(cache: dict, keys, encode) -> None:
-    """Add the ids of ``keys`` missing from ``cache`` (``encode``: list of keys -> list of id lists); a cache that
-    would pass ``_WORD_CACHE_LIMIT`` starts over with this call's keys."""
-    missing = list({k: None for k in keys if k not in cache})
+def _fill(cache: dict, split: list[list[str]], encode, skip: dict) -> None:
+    """Add the ids of the keys of ``split`` (one list per caption) missing from ``cache`` and ``skip``
+    (``encode``: list of keys -> list of id lists); a cache that would pass ``_WORD_CACHE_LIMIT`` starts over with
+    this call's keys."""
+    missing = list({k: None for keys in split for k in keys if k not in cache and k not in skip})
     if missing and len(cache) + len(missing) > _WORD_CACHE_LIMIT:
         cache.clear()
-        missing = list(dict.fromkeys(keys))
+        missing = list({k: None for keys in split for k in keys if k not in skip})
     if missing:
         cache.update(zip(missing, encode(missing), strict=True))
 
@@ -161,11 +162,12 @@ class _CachedIds:
         self.lock = threading.Lock()  # callers on several threads share the caches
 
     def encode_plain(self, plain: list[str]) -> list[list[int]]:
-        """Ids with start- and end-of-text of printable-ASCII captions without ``&`` or special-token text (no
-        cleaning needed: ftfy and the HTML unescape leave them as they are, and splitting drops the whitespace)."""
+        """Ids with start- and end-of-text of printable-ASCII captions without ``&``, and without ``<``, where
+        special-token text starts. No cleaning is needed: ftfy and the HTML unescape leave them as they are, and
+        splitting drops the whitespace."""
         words = [t.lower().split() for t in plain]
         with self.lock:
-            _fill(self.words, [w for ws in words for w in ws], self._encode_words)
+            _fill(self.words, words, self._encode_words, {})
             return self._rows(words, self.words, {})
 
     def encode_cleaned(self, cleaned: list[str], special_text: str) -> list[list[int]]:
@@ -173,7 +175,7 @@ class _CachedIds:
         specials = dict(zip(_SPECIAL_SPELLINGS[special_text], (self.bos, self.eos), strict=True))
         split = [_PIECES[special_text].findall(t.lower()) for t in cleaned]
         with self.lock:
-            _fill(self.pieces, [p for ps in split for p in ps if p not in specials], self._encode_pieces)
+            _fill(self.pieces, split, self._encode_pieces, specials)
             return self._rows(split, self.pieces, specials)
 
     def _encode_words(self, words: list[str]) -> list[list[int]]:
@@ -192,12 +194,13 @@ class _CachedIds:
         out = []
         for keys in split:
             row = bos.copy()
-            for k in keys:
-                special = specials.get(k)
-                if special is None:
+            if specials:
+                for k in keys:
+                    special = specials.get(k)
+                    row += ids[k] if special is None else [special]
+            else:
+                for k in keys:
                     row += ids[k]
-                else:
-                    row.append(special)
             row += eos
             out.append(row)
         return out
