@@ -334,6 +334,8 @@ def test_signature_names_model_variant_frames_idf_and_versions(tiny_clip_dir, vi
     assert {"dtype", "av", "capeval", "transformers", "torch"} <= set(fields)
     text_only = EMScore(model=str(tiny_clip_dir), device="cpu")(["a"], references=[["b"]])
     assert "num_frames" not in parse_signature(text_only["signature"])[1]
+    # Both variants embed captions: both name how they were tokenised.
+    assert fields["tokenization"] == parse_signature(text_only["signature"])[1]["tokenization"] == "2"
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from capeval.clip.families import FAMILIES, Family
 from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.text_encoding import encode_text_tokens
 from capeval.clip.tokenization import PREFIX
+from capeval.signature import parse_signature
 from capeval.testing.tiny_families import FAMILY_NAMES, build_tiny_family
 
 W = 2.5  # Hessel et al. 2021, sec. 3
@@ -163,12 +164,29 @@ def test_a_multilingual_model_gets_no_english_prompt_unless_one_is_given(family_
 def test_signatures_name_the_family_only_outside_clip(family_dirs, tiny_clip_dir):
     siglip = capeval.CLIPScore(model=str(family_dirs["siglip"]), device="cpu").signature
     assert (
-        "|family=siglip|image_resize=exact:32x32|text=max_length:48|prefix=A photo depicts|w=2.5|" in siglip
+        "|family=siglip|image_resize=exact:32x32|text=max_length:48|tokenization=2|prefix=A photo depicts|w=2.5|"
+        in siglip
     )
     align = capeval.CLIPScore(model=str(family_dirs["align"]), device="cpu").signature
     assert "|family=align|image_resize=exact:40x40,crop:32x32|text=longest:64|" in align
     clip = capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu").signature
     assert "family=" not in clip and "image_resize" not in clip and "|prefix=A photo depicts|" in clip
+
+
+def test_signatures_name_the_tokenisation_revision_of_the_families_whose_token_ids_it_changed(
+    family_dirs, tiny_clip_dir
+):
+    from capeval.clip.tokenization import TOKENIZATION_REVISION
+
+    def fields(model):
+        return parse_signature(capeval.CLIPScore(model=str(model), device="cpu").signature)[1]
+
+    # CLIP's BPE and SigLIP's SentencePiece read captions as their authors' tokenizers since revision 2: scores and
+    # embeddings stored under an earlier signature (no such field) are not reused for them.
+    assert TOKENIZATION_REVISION == 2
+    assert fields(tiny_clip_dir)["tokenization"] == fields(family_dirs["siglip"])["tokenization"] == "2"
+    for name in ("align", "chinese_clip", "altclip", "metaclip_2"):  # their tokenisation did not change
+        assert "tokenization" not in fields(family_dirs[name]), name
 
 
 def test_siglip_texts_are_padded_to_the_tokenizer_length_without_a_mask(family_dirs, monkeypatch):

@@ -137,25 +137,24 @@ def test_a_known_origin_decides_without_any_preprocessor_config(tiny_clip_dir, t
     )
 
 
-def test_openai_normalised_signatures_are_unchanged_byte_for_byte_and_others_name_their_constants(
-    tiny_clip_dir, tmp_path
-):
+def test_openai_normalised_signatures_name_no_image_constants_and_others_name_theirs(tiny_clip_dir, tmp_path):
     versions = (
         f"capeval={capeval.__version__}|transformers={version('transformers')}|torch={version('torch')}"
     )
+    tokens = "tokenization=2"
     scorer = capeval.CLIPScore(model=str(tiny_clip_dir), device="cpu")
     assert scorer.signature == (
-        f"clipscore|model={scorer.backbone.name}|prefix=A photo depicts|w=2.5|dtype=float32|{versions}"
+        f"clipscore|model={scorer.backbone.name}|{tokens}|prefix=A photo depicts|w=2.5|dtype=float32|{versions}"
     )
     ref = capeval.RefCLIPScore(model=str(tiny_clip_dir), device="cpu")
     assert ref.signature == (
-        f"refclipscore|model={ref.backbone.name}|prefix=A photo depicts|w=2.5|dtype=float32"
+        f"refclipscore|model={ref.backbone.name}|{tokens}|prefix=A photo depicts|w=2.5|dtype=float32"
         f"|clip_reference_cosine=False|{versions}"
     )
     half = capeval.CLIPScore(model=str(_copy(tiny_clip_dir, tmp_path / "half", HALF, HALF)), device="cpu")
     assert half.signature == (
         f"clipscore|model={half.backbone.name}|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5"
-        f"|prefix=A photo depicts|w=2.5|dtype=float32|{versions}"
+        f"|{tokens}|prefix=A photo depicts|w=2.5|dtype=float32|{versions}"
     )
 
 
@@ -179,7 +178,7 @@ def test_a_converted_folder_records_its_origin_and_the_origins_constants(tiny_cl
         again = load_backbone(str(out), device="cpu")
     assert (again.image_mean, again.origin) == ((0.5, 0.5, 0.5), LAION_L14)
     pacs = capeval.PACScore(checkpoint=str(out), device="cpu")
-    assert "|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|prefix=" in pacs.signature
+    assert "|image_mean=0.5,0.5,0.5|image_std=0.5,0.5,0.5|tokenization=" in pacs.signature
 
 
 @pytest.mark.parametrize(

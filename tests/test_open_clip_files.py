@@ -295,9 +295,9 @@ def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_fil
     folder = save_clip_folder(tiny_model(), build_clip_tokenizer(), tmp_path / "hf")
     capeval.clip.backbones.write_preprocessor_config(folder, 32, OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD)
     folder_backbone = load_backbone(str(folder))
-    # Not the over-long caption, nor "x..<|endoftext|>": OpenAI's own tokenizer reads that as punctuation (its pattern
-    # takes "..<|" first) where transformers' CLIP tokenizer, which CLIPModel folders use, matches the special token.
-    captions = [c for c in SPECIAL_TEXT_CAPTIONS if not c.startswith(("x..", "a blue square"))]
+    # Not the over-long caption. "x..<|endoftext|>y" is punctuation and letters in both readings (OpenAI's pattern
+    # takes "..<|" first), though transformers' CLIP tokenizer alone would match the special token there.
+    captions = [c for c in SPECIAL_TEXT_CAPTIONS if not c.startswith("a blue square")]
     assert tokenize_texts(file_backbone, captions)[0] == open_clip_tokenize(captions)
     assert tokenize_texts(folder_backbone, captions)[0] == openai_tokenize(captions)
     a = encode_texts(file_backbone, captions, prefix=PREFIX)
@@ -305,8 +305,10 @@ def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_fil
     gaps = (a - b).abs().amax(dim=1)
     plain = [captions.index("a plain caption"), captions.index("a green triangle")]
     assert gaps[plain].max().item() < 1e-6 and gaps.max().item() > 1e-2
-    # Stored scores of the two readings are keyed apart: the file's signature names it as an OpenCLIP file.
-    assert "|model=open_clip:" in capeval.CLIPScore(model=str(open_clip_files[0]["shortest"])).signature
+    # Stored scores of the two readings are keyed apart: the file's signature names it as an OpenCLIP file, and,
+    # as every CLIP's, the tokenisation revision that reads a word-final capital sigma as open_clip does.
+    signature = capeval.CLIPScore(model=str(open_clip_files[0]["shortest"])).signature
+    assert "|model=open_clip:" in signature and "|tokenization=2|" in signature
 
 
 # --- One file named under two architectures or tags ---

@@ -111,7 +111,10 @@ def test_signature_names_the_checkpoint_sha256_and_w_2(pacs_file, target_dir):
     digest = hashlib.sha256(pacs_file.read_bytes()).hexdigest()[:12]
     signature = PACScore(checkpoint=str(pacs_file), model=str(target_dir)).signature
     assert signature.startswith("pacscore|model=")
-    assert f"|checkpoint=clip_tiny@sha256:{digest}|prefix=A photo depicts|w=2.0|dtype=float32|" in signature
+    assert (
+        f"|checkpoint=clip_tiny@sha256:{digest}|tokenization=2|prefix=A photo depicts|w=2.0|dtype=float32|"
+        in signature
+    )
 
 
 def test_pac_s_is_not_silently_clip_s_of_the_base_model(pacs_file, target_dir, images):

@@ -14,6 +14,7 @@ tokenizer whose files are laid out as the released ones (see ``gemma_tokenizer``
 from __future__ import annotations
 
 import json
+import random
 import warnings
 
 import numpy as np
@@ -146,7 +147,7 @@ def test_a_siglip2_model_object_is_lower_cased_as_its_folder(folders):
 def test_siglip2_signatures_name_the_lower_casing(folders):
     scorer = capeval.CLIPScore(model=str(folders["siglip2"]), device="cpu")
     assert (
-        "|family=siglip|image_resize=exact:32x32|text=max_length:64|lowercase=ascii|prefix="
+        "|family=siglip|image_resize=exact:32x32|text=max_length:64|lowercase=ascii|tokenization=2|prefix="
         in scorer.signature
     )
 
@@ -160,7 +161,7 @@ def test_siglip_t5_tokenizer_lower_cases_by_itself_and_its_signature_is_unchange
     first, second = _ids(scorer.backbone, ["A Dog", "a dog"])
     assert first == second  # SiglipTokenizer's own do_lower_case
     assert (
-        "|text=max_length:48|prefix=A photo depicts|" in scorer.signature
+        "|text=max_length:48|tokenization=2|prefix=A photo depicts|" in scorer.signature
         and "lowercase" not in scorer.signature
     )
 
@@ -200,3 +201,127 @@ def test_siglip_text_embedding_is_the_ids_only_call_and_not_the_masked_one(folde
     torch.testing.assert_close(ours, ids_only, atol=1e-5, rtol=0)
     # The mask lets the pooled (pad) position read the caption's tokens only, unlike training: a different vector.
     assert (1 - (ours * masked).sum(-1)).min() > 0.05
+
+
+# -- special-token spellings: text, as SentencePiece reads them --------------------------------------------------
+
+# Where a caption can spell a special token: alone, glued to words and punctuation, in capitals (SigLIP 2 lower-cases
+# ASCII first, so "<EOS>" becomes "<eos>"), and the user-defined piece SentencePiece does match in text.
+_SPECIAL_FRAGMENTS = [
+    "<eos>", "<EOS>", "<pad>", "<bos>", "<unk>", "<mask>", "</s>", "<s>", "<start_of_turn>", "<", ">", "eos", "a",
+    "dog", "Dog", "on", "the", "beach", "RED", ".", ",", "é", "Ünï",
+]  # fmt: skip
+
+
+def _special_captions(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    named = ["a dog <eos>", "<EOS> a dog", "<pad>", "a<bos>b", "<unk> cat", "<mask>", "x<start_of_turn>y"]
+    joins = ["", " ", " ", "."]
+    generated = [
+        "".join(rng.choice(_SPECIAL_FRAGMENTS) + rng.choice(joins) for _ in range(rng.randint(1, 10)))
+        for _ in range(n)
+    ]
+    return named + generated + [" ".join(["<eos> dog"] * 30)]  # the last over 64 ids: cut, end-of-text kept
+
+
+@pytest.fixture(scope="module")
+def gemma_sentencepiece(tmp_path_factory):
+    """A Gemma-style SentencePiece model (BPE, byte fallback, Gemma's special ids) and the transformers
+    ``GemmaTokenizer`` converted from it, as SigLIP 2's released tokenizer files were converted from Gemma's."""
+    import sentencepiece as spm
+    from transformers import GemmaTokenizer
+
+    from capeval.testing.tiny_families import _CORPUS
+
+    folder = tmp_path_factory.mktemp("gemma_sp")
+    corpus = folder / "corpus.txt"
+    corpus.write_text(
+        "\n".join(_CORPUS * 20 + ["eos pad bos unk mask < > start of turn"] * 5), encoding="utf-8"
+    )
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(folder / "tokenizer"), vocab_size=300, model_type="bpe",
+        byte_fallback=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>",
+        bos_piece="<bos>", unk_piece="<unk>", control_symbols=["<mask>"], user_defined_symbols=["<start_of_turn>"],
+        add_dummy_prefix=False, remove_extra_whitespaces=False, normalization_rule_name="identity",
+        allow_whitespace_only_pieces=True, split_digits=True, minloglevel=2, hard_vocab_limit=False,
+    )  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "GemmaTokenizer",
+                "add_bos_token": False,
+                "add_eos_token": True,
+                "do_lower_case": True,
+                "model_max_length": 64,
+                "padding_side": "right",
+            }
+        )
+    )
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+    return sp, GemmaTokenizer.from_pretrained(str(folder))
+
+
+def test_siglip2_captions_spelling_special_tokens_get_the_ids_sentencepiece_gives(gemma_sentencepiece):
+    from types import SimpleNamespace
+
+    from capeval.clip.tokenization import ascii_lower
+
+    sp, tok = gemma_sentencepiece
+    # The reference's special pieces, as SentencePiece types them: control pieces never match text, the
+    # user-defined one does.
+    assert [sp.is_control(i) for i in (0, 1, 2, sp.piece_to_id("<mask>"))] == [True] * 4 and sp.is_unknown(3)
+    backbone = SimpleNamespace(family=FAMILIES["siglip"], tokenizer=tok, context_length=64, lowercase=True)
+    captions = _special_captions(1500, seed=7)
+    ours, n_cut = tokenize_texts(backbone, captions)
+    # big_vision: lower (ASCII), SentencePiece, end-of-text appended ("sticky": kept when the text is cut).
+    theirs = [sp.encode(ascii_lower(c))[:63] + [1] for c in captions]
+    assert [c for c, a, b in zip(captions, ours, theirs, strict=True) if a != b] == []
+    assert n_cut == 1 and len(ours[-1]) == 64
+    turn = sp.piece_to_id("<start_of_turn>")
+    assert ours[6] == [*sp.encode("x"), turn, *sp.encode("y"), 1]  # the user-defined piece matched in text
+    # transformers' own reading puts the special ids there.
+    assert tok("a dog <eos>")["input_ids"][-2:] == [1, 1] and tok("<pad>")["input_ids"] == [0, 1]
+    assert [ids[:-1].count(1) for ids in ours[:2]] == [0, 0]
+
+
+def test_siglip2_folder_reads_special_token_spellings_as_text_in_any_case(folders):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folders["siglip2"]))
+    backbone = load_backbone(str(folders["siglip2"]), device="cpu")
+    ours = _ids(backbone, ["a dog <EOS>", "a dog <eos>", "<PAD> a cat", "a dog"])
+    assert ours[0] == ours[1] == tok("a dog <eos>", split_special_tokens=True)["input_ids"]
+    assert ours[2] == tok("<pad> a cat", split_special_tokens=True)["input_ids"]
+    special = {tok.pad_token_id, tok.eos_token_id, tok.bos_token_id, tok.unk_token_id}
+    assert all(not special & set(ids[:-1]) and ids[-1] == tok.eos_token_id for ids in ours)
+    assert len(ours[0]) > len(ours[3]) + 1  # "<eos>" is several text pieces
+
+
+def _canonical(text: str) -> str:
+    """big_vision's prompt-engineering canonicalisation, which SigLIP's tokenizer applies: lower-case, no ASCII
+    punctuation, whitespace collapsed."""
+    import re
+    import string
+
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def test_siglip_captions_spelling_special_tokens_get_the_ids_its_sentencepiece_gives(folders):
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folders["siglip"]))
+    sp = spm.SentencePieceProcessor(model_file=str(folders["siglip"] / "spiece.model"))
+    backbone = load_backbone(str(folders["siglip"]), device="cpu")
+    captions = ["a dog </s> on the beach", "<unk> dog", "a </s>cat", "</S> <pad> a man"] + _special_captions(
+        300, seed=8
+    )
+    ours, _ = tokenize_texts(backbone, captions)
+    eos = tok.eos_token_id
+    theirs = [sp.encode(_canonical(c))[: backbone.context_length - 1] + [eos] for c in captions]
+    assert [c for c, a, b in zip(captions, ours, theirs, strict=True) if a != b] == []
+    # transformers' own reading puts end-of-text after "a dog".
+    assert (
+        sp.encode("a dog") == [3, 15] and tok("a dog </s> on the beach")["input_ids"][2] == eos != ours[0][2]
+    )

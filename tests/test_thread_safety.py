@@ -62,7 +62,7 @@ def test_overlapping_float32_gpu_encodings_restore_cudnns_tf32_switch(monkeypatc
     assert torch.backends.cudnn.allow_tf32 is True  # the user's setting, not the first thread's "off"
 
 
-def test_threads_meeting_a_new_tokenizer_build_its_word_cache_once(tiny_clip_dir, monkeypatch):
+def test_threads_meeting_a_new_tokenizer_build_its_caches_once(tiny_clip_dir, monkeypatch):
     from transformers import AutoTokenizer
 
     from capeval.clip import tokenization
@@ -77,6 +77,6 @@ def test_threads_meeting_a_new_tokenizer_build_its_word_cache_once(tiny_clip_dir
         return original(tok, cleaned)
 
     monkeypatch.setattr(tokenization, "_encode_with_tokenizer", counting)
-    caches = run_together(lambda: tokenization._word_ids_for(tokenizer))
+    caches = run_together(lambda: tokenization._cached_ids_for(tokenizer))
     assert len({id(c) for c in caches}) == 1 and caches[0] is not None
     assert len(probes) == 1

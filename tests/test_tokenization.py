@@ -142,6 +142,10 @@ def test_a_full_word_cache_starts_over_and_stays_exact(clip_tokenizer, monkeypat
     captions = ["a red circle left of a blue square", "two green triangles", "one yellow star ."]
     for _ in range(2):
         assert tokenize_captions(clip_tokenizer, captions, 77)[0] == _tokenizer_only(clip_tokenizer, captions)
+    # The pieces of other captions, likewise.
+    others = ["ΟΔΟΣ café “naïve” x..<|endoftext|>y", "ÉLAN <|ENDOFTEXT|> ﬁne", "日本語 😀 a<b"]
+    for _ in range(2):
+        assert tokenize_captions(clip_tokenizer, others, 77)[0] == openai_tokenize(others)
 
 
 class _PositionalTokenizer:
@@ -155,10 +159,10 @@ class _PositionalTokenizer:
 
 
 def test_word_lookup_is_not_used_when_the_probes_disagree():
-    from capeval.clip.tokenization import _word_ids_for
+    from capeval.clip.tokenization import _cached_ids_for
 
     tokenizer = _PositionalTokenizer()
-    assert _word_ids_for(tokenizer) is None
+    assert _cached_ids_for(tokenizer) is None
     captions = ["a dog runs", "dog a runs fast"]
     assert tokenize_captions(tokenizer, captions, 77)[0] == [[1, 11, 23, 34, 2], [1, 13, 21, 34, 44, 2]]
 
@@ -213,3 +217,101 @@ def test_openai_special_text_stays_the_default_and_reads_openais_spellings(clip_
 def test_an_unknown_special_text_is_refused_naming_the_choices(clip_tokenizer):
     with pytest.raises(ValueError, match="special_text must be one of openai, open_clip, got 'openclip'"):
         tokenize_captions(clip_tokenizer, ["a dog"], 77, special_text="openclip")
+
+
+# --- The authors' reading where transformers' fast CLIP tokenizer differs: Unicode case, special-token text ---
+
+# Each caption with what OpenAI's tokenizer gives, written out (its ids checked against the tokenizer too).
+AUTHORS_READING = {
+    # str.lower: a capital sigma ending a word is "ς" (480), not "σ" (481).
+    "ΟΔΟΣ": [49406, 138, 123, 138, 112, 138, 123, 139, 480, 49407],
+    # "..<|" is a run of punctuation before the special spelling can match: text.
+    "x..<|endoftext|>y": [49406, 343, 608, 27, 347, 40786, 4160, 91, 285, 344, 49407],
+    "x.<|endoftext|>": [49406, 343, 13, 27, 347, 40786, 4160, 91, 285, 49407],
+    # Lower-cased first, then matched: the special token.
+    "<|ENDOFTEXT|>": [49406, 49407, 49407],
+    # "İ".lower() is "i" and a combining dot, which joins the punctuation run "\u0307<|": text.
+    "İ<|endoftext|>": [49406, 328, 136, 229, 27, 347, 40786, 4160, 91, 285, 49407],
+    # The pattern matches case-insensitively ("ſ" folds to "s"), but only the exact spelling is the special token:
+    # the matched piece is BPE-encoded as one word.
+    "<|ſtartoftext|>": [49406, 27, 91, 129, 123, 2002, 6659, 18169, 91, 285, 49407],
+    "a <|endoftext|> b": [49406, 320, 49407, 321, 49407],
+    "a<|startoftext|>b": [49406, 320, 49406, 321, 49407],
+}
+
+
+@pytest.mark.parametrize("caption", list(AUTHORS_READING))
+def test_captions_transformers_reads_otherwise_get_the_ids_of_openais_tokenizer(clip_tokenizer, caption):
+    want = AUTHORS_READING[caption]
+    assert openai_tokenize([caption]) == [want]
+    assert tokenize_captions(clip_tokenizer, [caption], 77)[0] == [want]
+    # Mixed with plain captions, in one call (each caption takes its own path).
+    assert tokenize_captions(clip_tokenizer, ["a dog", caption, "A DOG"], 77)[0][1] == want
+
+
+def test_those_captions_are_ones_transformers_fast_tokenizer_reads_otherwise(clip_tokenizer):
+    # Without this, the cases above would prove nothing about capeval's own steps.
+    theirs = clip_tokenizer(list(AUTHORS_READING))["input_ids"]
+    differ = [c for c, ids in zip(AUTHORS_READING, theirs, strict=True) if list(ids) != AUTHORS_READING[c]]
+    assert differ == [
+        "ΟΔΟΣ", "x..<|endoftext|>y", "x.<|endoftext|>", "<|ENDOFTEXT|>", "İ<|endoftext|>", "<|ſtartoftext|>"
+    ]  # fmt: skip
+
+
+def test_a_letter_pythons_str_lower_keeps_is_kept_though_the_fast_tokenizer_lowers_it(clip_tokenizer):
+    # "Ɤ" (U+A7CB, Unicode 16): Rust's tables lower-case it, Python 3.11-3.13's do not. Whichever this Python does,
+    # OpenAI's tokenizer does the same, and so does capeval.
+    ours = tokenize_captions(clip_tokenizer, ["\ua7cb"], 77)[0]
+    assert ours == openai_tokenize(["\ua7cb"])
+    if "\ua7cb".lower() == "\ua7cb":
+        assert ours == [[49406, 166, 253, 489, 49407]]  # its own bytes, EA 9F 8B
+        assert list(clip_tokenizer("\ua7cb")["input_ids"]) != ours[0]
+
+
+# Fragments where the authors' steps and transformers' fast tokenizer can part: special spellings in any case and
+# glued to punctuation, capitals whose lower case depends on context or on the Unicode version ("Ɤ" U+A7CB is
+# lower-cased by Rust's tables but not by Python 3.11's), case folds the pattern's IGNORECASE matches ("ſ", the
+# Kelvin sign), combining marks, ligatures, entities and text the ftfy step changes.
+_FRAGMENTS = [
+    "<|endoftext|>", "<|startoftext|>", "<|ENDOFTEXT|>", "<|StartOfText|>", "<|ſtartoftext|>", "<end_of_text>",
+    "<START_OF_TEXT>", "<|", "|>", "<", ">", "..", ".", "'s", "'", "Σ", "ΟΔΟΣ", "ΣΑ", "İ", "ẞ", "ǅ", "Ɤ", "\u212a",
+    "Ω", "\u0307", "é", "e\u0301", "ﬁ", "&amp;", "&lt;|endoftext|&gt;", "“", "”", "日本", "😀", "a", "dog", "Dog",
+    "RUNS", "12", "3.5", "\t", "\n", "Ünïcödé", "Ã©",
+]  # fmt: skip
+
+
+def _generated_captions(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    joins = ["", "", " ", " ", ".", "'", "-"]
+    return [
+        "".join(rng.choice(_FRAGMENTS) + rng.choice(joins) for _ in range(rng.randint(1, 12)))
+        for _ in range(n)
+    ]
+
+
+def test_generated_captions_get_the_ids_of_openais_tokenizer(clip_tokenizer):
+    captions = _generated_captions(3000, seed=3) + SPECIAL_TEXT_CAPTIONS + UNICODE_AND_ODD
+    ours, _ = tokenize_captions(clip_tokenizer, captions, 77)
+    theirs = openai_tokenize(captions)
+    assert [c for c, a, b in zip(captions, ours, theirs, strict=True) if a != b] == []
+    # Again from the filled caches, in another order.
+    again, _ = tokenize_captions(clip_tokenizer, captions[::-1], 77)
+    assert again == ours[::-1]
+
+
+def test_generated_captions_get_the_ids_of_open_clips_tokenizer_for_open_clip_text(clip_tokenizer):
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+
+    captions = _generated_captions(3000, seed=4)
+    ours, _ = tokenize_captions(clip_tokenizer, captions, 77, special_text="open_clip")
+    theirs = open_clip_tokenize(captions)
+    assert [c for c, a, b in zip(captions, ours, theirs, strict=True) if a != b] == []
+
+
+def test_a_word_final_capital_sigma_is_final_sigma_for_open_clip_files_too(clip_tokenizer):
+    from capeval.testing.open_clip_reference import open_clip_tokenize
+
+    ours, _ = tokenize_captions(clip_tokenizer, ["ΟΔΟΣ", "ΣΑ"], 77, special_text="open_clip")
+    assert ours == open_clip_tokenize(["ΟΔΟΣ", "ΣΑ"])
+    # "ς" (480) ends the word; a sigma inside one stays "σ".
+    assert ours == open_clip_tokenize(["οδος", "σα"]) and ours[0][-2] == 480

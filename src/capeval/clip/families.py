@@ -6,10 +6,12 @@ A family is decided by the ``model_type`` of a model's ``config.json``. Each kee
   ``preprocessor_config.json`` (so a key the file omits takes the processor class's default), turned into
   ``capeval.clip.image_geometry.ProcessorGeometry`` and per-channel constants for the fast uint8 path;
 - its tokenizer, run as it is (its own lower-casing, special tokens, truncation that keeps the closing token),
-  with one exception: SigLIP 2's released tokenizer files ask for lower-casing (``do_lower_case: true`` in
+  with two exceptions: SigLIP 2's released tokenizer files ask for lower-casing (``do_lower_case: true`` in
   ``tokenizer_config.json``; big_vision lower-cased every text before its Gemma tokenizer), and transformers'
   ``GemmaTokenizer`` ignores the flag, so capeval lower-cases (ASCII, as big_vision) before tokenising
-  (``lower_cases``; the signature says ``lowercase=ascii``);
+  (``lower_cases``; the signature says ``lowercase=ascii``); and SigLIP's captions spelling a special token
+  (``<eos>``, ``</s>``, ``<pad>``) are text, as big_vision's SentencePiece read them, where transformers would put
+  the special id (``special_tokens_as_text``);
 - its text padding: SigLIP pools the hidden state at the *last* position, a pad token in training (big_vision
   padded every text to 64 tokens and gave the tower no attention mask; transformers' ``SiglipModel`` docs: "make
   sure to set padding='max_length' as that's how the model was trained"), so its texts are padded to the
@@ -35,7 +37,7 @@ import torch
 
 from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
-from capeval.clip.tokenization import PREFIX, ascii_lower, tokenize_captions
+from capeval.clip.tokenization import PREFIX, TOKENIZATION_REVISION, ascii_lower, tokenize_captions
 
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
@@ -61,6 +63,11 @@ class Family:
             lower-cases captions where that says so and the transformers tokenizer does not (``lower_cases``).
         special_text: CLIP's BPE only: whose special-token spellings a caption is read with
             (``capeval.clip.tokenization.tokenize_captions``): ``"openai"``, or ``"open_clip"`` for OpenCLIP files.
+        special_tokens_as_text: a caption spelling one of the tokenizer's special tokens (``<eos>``, ``</s>``,
+            ``<pad>``) is text, not that token (transformers' ``split_special_tokens``): SentencePiece, which the
+            authors tokenised with, never matches its control pieces in text.
+        tokenization: the revision of capeval's reading of its captions (``TOKENIZATION_REVISION`` where the last
+            change of that reading touched the family), named in signatures from 2 on.
     """
 
     name: str
@@ -74,6 +81,8 @@ class Family:
     pools_first: bool = False
     follows_do_lower_case: bool = False
     special_text: str = "openai"
+    special_tokens_as_text: bool = False
+    tokenization: int = 1
 
     @property
     def default_prefix(self) -> str:
@@ -97,9 +106,11 @@ class Family:
             ) from err
 
 
-CLIP = Family("clip", "CLIPModel", "CLIPConfig")
+CLIP = Family("clip", "CLIPModel", "CLIPConfig", tokenization=TOKENIZATION_REVISION)
 # OpenCLIP weights files (capeval.clip.open_clip_files): a CLIPModel whose captions go through open_clip's tokenizer.
-OPEN_CLIP_FILE = Family("clip", "CLIPModel", "CLIPConfig", special_text="open_clip")
+OPEN_CLIP_FILE = Family(
+    "clip", "CLIPModel", "CLIPConfig", special_text="open_clip", tokenization=TOKENIZATION_REVISION
+)
 FAMILIES: dict[str, Family] = {
     "clip": CLIP,  # OpenAI, MetaCLIP (1) and LAION OpenCLIP conversions of any size
     "siglip": Family(
@@ -109,6 +120,8 @@ FAMILIES: dict[str, Family] = {
         text_padding="max_length",
         token_projection="text_model.head",
         follows_do_lower_case=True,
+        special_tokens_as_text=True,  # big_vision's SentencePiece (T5's, Gemma's) read "<eos>" as "<", "eos", ">"
+        tokenization=TOKENIZATION_REVISION,
     ),  # SigLIP and the fixed-resolution SigLIP 2 checkpoints (model_type "siglip", Gemma tokenizer)
     # AlignProcessor's text defaults: padding="max_length", max_length=64 (transformers processing_align.py).
     "align": Family("align", "AlignModel", "AlignConfig", max_length=64, pools_first=True),
@@ -339,7 +352,7 @@ def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
 
     CLIP: the authors' cleaning and BPE (``tokenize_captions``), special-token text read as the family says. Other
     families: their tokenizer as it is, cutting over-long captions with its own truncation (which keeps the closing
-    special token). A backbone whose tokenizer files ask for lower-casing that its tokenizer skips
+    special token), special-token spellings in a caption read as text where the family says so (SigLIP). A backbone whose tokenizer files ask for lower-casing that its tokenizer skips
     (``Backbone.lowercase``: SigLIP 2) has its texts lower-cased first.
     """
     if getattr(backbone, "lowercase", False):
@@ -352,13 +365,22 @@ def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
     tok, limit = backbone.tokenizer, backbone.context_length
     if not texts:
         return [], 0
+    as_text = {"split_special_tokens": True} if family.special_tokens_as_text else {}
     encoded = [
         list(x)
-        for x in tok(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        for x in tok(list(texts), add_special_tokens=True, truncation=False, verbose=False, **as_text)[
+            "input_ids"
+        ]
     ]
     long_rows = [i for i, ids in enumerate(encoded) if len(ids) > limit]
     if long_rows:
-        cut = tok([texts[i] for i in long_rows], add_special_tokens=True, truncation=True, max_length=limit)
+        cut = tok(
+            [texts[i] for i in long_rows],
+            add_special_tokens=True,
+            truncation=True,
+            max_length=limit,
+            **as_text,
+        )
         for i, ids in zip(long_rows, cut["input_ids"], strict=True):
             encoded[i] = list(ids)
     return encoded, len(long_rows)
@@ -418,20 +440,22 @@ def pooled_token_id(backbone) -> int:
 
 
 def signature_fields(backbone) -> dict[str, str]:
-    """What a non-CLIP family changes in a score, for signatures (nothing for CLIPModel: its signatures stay)."""
+    """What the family changes in a score, for signatures: for families other than CLIP their name, image geometry
+    and text padding; for every family its tokenisation revision from 2 on (``Family.tokenization``)."""
     family = getattr(backbone, "family", CLIP)
-    if family.is_clip:
-        # An OpenCLIP file trained with open_clip's "squash" resize: CLIP otherwise, so only the resize is named.
-        if isinstance(backbone.image_size, ProcessorGeometry):
-            return {"image_resize": backbone.image_size.describe()}
-        return {}
-    fields = {"family": family.name}
+    fields = {}
+    if not family.is_clip:
+        fields["family"] = family.name
+    # An OpenCLIP file trained with open_clip's "squash" resize is CLIP otherwise, so only the resize is named.
     if isinstance(backbone.image_size, ProcessorGeometry):
         fields["image_resize"] = backbone.image_size.describe()
-    fields["text"] = f"{family.text_padding}:{backbone.context_length}"
+    if not family.is_clip:
+        fields["text"] = f"{family.text_padding}:{backbone.context_length}"
     if getattr(backbone, "lowercase", False):
         # Only where capeval lower-cases and transformers does not (SigLIP 2): other signatures stay as they were.
         fields["lowercase"] = "ascii"
+    if family.tokenization > 1:
+        fields["tokenization"] = str(family.tokenization)
     return fields
 
 
