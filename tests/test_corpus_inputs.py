@@ -182,3 +182,136 @@ def test_a_top_fraction_of_no_scored_row_writes_a_null_threshold_with_the_reason
         and "no threshold" in summary["threshold_missing"]
     )
     assert (tmp_path / "out" / "kept.jsonl").read_text() == ""
+
+
+# --- Only regular files are read, and no line past its bound ---
+
+
+def _image_folder(root: Path) -> Path:
+    from PIL import Image
+
+    root.mkdir()
+    Image.new("RGB", (32, 32), "red").save(root / "a.png")
+    (root / "a.txt").write_text("a red square\n")
+    Image.new("RGB", (32, 32), "blue").save(root / "b.png")
+    return root
+
+
+def _errors(out: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    return {
+        r["key"]: r["error"]
+        for f in sorted((out / "scores").glob("*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    }
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-long"])
+def test_a_caption_file_that_is_no_regular_file_or_too_long_is_an_error_row_read_no_further(tmp_path, kind):
+    import os
+
+    folder = _image_folder(tmp_path / "images")
+    caption = folder / "b.txt"
+    if kind == "fifo":
+        os.mkfifo(caption)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", caption)
+    else:
+        caption.write_text("a blue square " * 10_000)  # 140 KB
+    result = score_corpus(folder, tmp_path / "out", model=MODEL, progress=False)
+    errors = _errors(tmp_path / "out")
+    assert errors["a"] is None and result.summary["scored"] == 1
+    assert errors["b"].startswith("caption file b.txt of b.png cannot be read (")
+    assert ("is not a regular file" if kind != "too-long" else "it holds more than 131,072 bytes") in errors[
+        "b"
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_corpus_file_that_is_a_fifo_is_refused_by_name_without_waiting(tmp_path, suffix):
+    import os
+
+    (tmp_path / "rows").mkdir()
+    os.mkfifo(tmp_path / "rows" / f"pairs{suffix}")
+    for source in (tmp_path / "rows", tmp_path / "rows" / f"pairs{suffix}"):
+        with pytest.raises(
+            ValueError, match=rf"pairs\{suffix} is not a regular file \(a FIFO, device or socket\)"
+        ):
+            score_corpus(source, tmp_path / "out", model=MODEL, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_line_longer_than_any_row_refuses_its_file_naming_the_line_without_reading_on(
+    tmp_path, suffix, monkeypatch
+):
+    import capeval.corpus.row_sources as row_sources
+
+    monkeypatch.setattr(row_sources, "MAX_LINE_BYTES", 1000)
+    head = "image,caption\n" if suffix == ".csv" else ""
+    row = "a.png,a red square\n" if suffix == ".csv" else '{"image": "a.png", "caption": "a red square"}\n'
+    path = tmp_path / f"pairs{suffix}"
+    # The third line never ends: a sparse file, or one linked to /dev/zero, is such a line.
+    path.write_text(head + row + row + "x" * 5000)
+    with pytest.raises(
+        ValueError, match=rf"pairs\{suffix} line {3 if suffix == '.jsonl' else 4} is longer than 1,000 bytes"
+    ):
+        score_corpus(path, tmp_path / "out", model=MODEL, progress=False)
+
+
+def test_a_link_that_loops_in_an_image_folder_is_refused_naming_it(tmp_path):
+    import os
+
+    folder = _image_folder(tmp_path / "images")
+    (folder / "sub").mkdir()
+    os.symlink("..", folder / "sub" / "up")
+    with pytest.raises(ValueError, match=r"images/sub/up is a link to \.\., a folder above it"):
+        score_corpus(folder, tmp_path / "out", model=MODEL, progress=False)
+    os.unlink(folder / "sub" / "up")
+    os.symlink("self", folder / "sub" / "self")  # a link to itself
+    with pytest.raises(
+        ValueError, match=r"images/sub/self cannot be followed \(Too many levels of symbolic links\)"
+    ):
+        score_corpus(folder, tmp_path / "out", model=MODEL, progress=False)
+    os.unlink(folder / "sub" / "self")
+    os.symlink("loop.png", folder / "sub" / "loop.png")
+    (folder / "sub" / "loop.txt").write_text("a loop")
+    score_corpus(folder, tmp_path / "out", model=MODEL, progress=False)
+    assert "Too many levels of symbolic links" in _errors(tmp_path / "out")["sub/loop"]
+
+
+# --- A source that looks like a path is a path ---
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [("shard/", "looks like a path"), ("my_pairs.jsonl", "has a data file's extension"),
+     ("./pairs", "looks like a path"), ("shards/{00000..00009}.tar", "looks like a path")],
+)  # fmt: skip
+def test_a_missing_source_that_looks_like_a_path_is_refused_at_once_never_asked_of_the_hub(
+    tmp_path, monkeypatch, capsys, source, why
+):
+    import datasets
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    monkeypatch.chdir(tmp_path)
+    if "{" not in source:
+        with pytest.raises(
+            ValueError, match=rf"corpus source not found: .*\(no such file or folder; .* since it {why}\)"
+        ):
+            score_corpus(source, tmp_path / "out", model=MODEL, progress=False)
+    assert main(["corpus", source, "--output", str(tmp_path / "out"), "--model", MODEL]) != 0
+    assert source.rstrip("/").split("/")[-1].split("{")[0] in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dangling_link_as_source_names_its_target(tmp_path):
+    import os
+
+    os.symlink(tmp_path / "gone.jsonl", tmp_path / "pairs.jsonl")
+    with pytest.raises(ValueError, match=r"pairs\.jsonl is a link to .*gone\.jsonl, which does not exist"):
+        score_corpus(tmp_path / "pairs.jsonl", tmp_path / "out", model=MODEL, progress=False)

@@ -23,12 +23,14 @@ from capeval.corpus.row_sources import (
     CSV_EXTENSIONS,
     JSONL_EXTENSIONS,
     EmptySourceError,
+    bounded_lines,
     csv_shards,
     dataset_shards,
     empty_files_message,
     folder_contents_message,
     image_folder_shards,
     jsonl_shards,
+    open_regular,
 )
 from capeval.corpus.shards import (
     CAPTION_COLUMNS,
@@ -132,12 +134,53 @@ def _open(
         if not shards:
             raise EmptySourceError(folder_contents_message(path))
         return Corpus(shards, _description(path, "image_folder"))
-    if isinstance(source, str) and not source.startswith((".", "/", "~")) and "*" not in source:
+    if os.path.islink(path) and not path.exists():
+        raise ValueError(f"corpus source {path} is a link to {os.readlink(path)}, which does not exist")
+    if os.path.lexists(path):
+        raise ValueError(
+            f"corpus source {path} is not a regular file (a FIFO, device or socket) nor a folder: only regular "
+            "files are read"
+        )
+    if isinstance(source, str) and not looks_like_a_path(source):
         import datasets
 
         stream = datasets.load_dataset(source, split=split or "train", streaming=True)
         return _dataset_corpus(stream, chunk_size, image_column)
-    raise ValueError(f"corpus source not found: {path}")
+    raise ValueError(
+        f"corpus source not found: {path} (no such file or folder; it is read as a local path, not a Hub dataset "
+        "name, since it "
+        + (
+            "has a data file's extension"
+            if Path(os.fspath(source)).suffix.lower() in DATA_FILE_EXTENSIONS
+            else "looks like a path"
+        )
+        + ")"
+    )
+
+
+# The extensions of the files a corpus is read from: a source ending in one names a file, not a Hub dataset.
+DATA_FILE_EXTENSIONS = (
+    *JSONL_EXTENSIONS,
+    *CSV_EXTENSIONS,
+    ".tar",
+    ".parquet",
+    ".arrow",
+    ".txt",
+    ".gz",
+    ".zip",
+)
+
+
+def looks_like_a_path(source: str) -> bool:
+    """Whether ``source`` names a local file or folder rather than a Hub dataset: it starts with ``.``, ``/`` or
+    ``~``, ends with ``/``, holds a glob or brace character, or ends in a data file's extension. Such a source that
+    does not exist is refused at once by name, never looked up on the Hub (a typo took 51 s of retries there)."""
+    return (
+        source.startswith((".", "/", "~", os.sep))
+        or source.endswith(("/", os.sep))
+        or any(c in source for c in "*?[{")
+        or Path(source).suffix.lower() in DATA_FILE_EXTENSIONS
+    )
 
 
 def _files_corpus(files: list[Path], source: Any, chunk_size: int) -> Corpus:
@@ -267,9 +310,9 @@ def _field_names(shard: Shard) -> list[str] | None:
         names = getattr(shard.dataset, "column_names", None)
         return list(names) if names else None
     if shard.kind == "jsonl":
-        with open(shard.path, "rb") as fh:
+        with open_regular(shard.path, "JSONL file") as fh:
             fh.seek(shard.span[0])
-            for line in fh:
+            for line in bounded_lines(fh, shard.path.name):
                 if line.strip():
                     try:
                         record = parse_json(line, shard.path.name)

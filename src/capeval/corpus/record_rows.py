@@ -15,13 +15,14 @@ from typing import Any
 
 from capeval.corpus.image_paths import ImagePaths, file_record
 from capeval.corpus.row_checks import (
+    MAX_CAPTION_BYTES,
     caption_problem,
     key_problem,
     origin_fields,
     references_problem,
     writable,
 )
-from capeval.corpus.row_sources import csv_records
+from capeval.corpus.row_sources import bounded_lines, csv_records, open_regular
 from capeval.corpus.shards import Shard, ShardRow, id_column
 from capeval.json_files import InputFileError, parse_json
 
@@ -72,12 +73,19 @@ def dataset_records(dataset: Any, start: int, stop: int) -> Iterator[dict]:
 
 
 def _span_lines(shard: Shard) -> Iterator[bytes]:
-    """The lines of the shard's span of its file, read one at a time (spans start and end at line ends)."""
+    """The lines of the shard's span of its file, read one at a time (spans start and end at line ends), each at
+    most ``MAX_LINE_BYTES`` (a longer one, in a file changed since it was listed, fails the shard by name)."""
     start, stop = shard.span
-    with open(shard.path, "rb") as fh:
+    try:
+        fh = open_regular(shard.path, f"{shard.kind.upper()} file")
+    except ValueError as err:  # it was a regular file when listed: the shard fails by name
+        raise OSError(str(err)) from None
+    with fh:
         fh.seek(start)
-        while fh.tell() < stop and (line := fh.readline()):
+        for line in bounded_lines(fh, shard.path.name, shard.first_row):
             yield line
+            if fh.tell() >= stop:
+                return
 
 
 def _jsonl_records(shard: Shard):
@@ -133,12 +141,27 @@ def _folder_records(shard: Shard):
         key = str(Path(relative).with_suffix(""))
         record: dict[str, Any] = {"image": str(image)}
         try:
-            record["caption"] = text.read_text(encoding="utf-8").strip()
+            record["caption"] = _caption_file(text, relative)
         except FileNotFoundError:
             record = {"__error__": f"no caption file {text.name} beside {relative}"}
-        except (UnicodeDecodeError, OSError) as err:
+        except (UnicodeDecodeError, OSError, ValueError) as err:
             record = {"__error__": f"caption file {text.name} of {relative} cannot be read ({err})"}
         yield index, record, f"image {relative}", key
+
+
+def _caption_file(path: Path, image: str) -> str:
+    """An image's ``.txt`` caption, stripped: a regular file of at most twice ``MAX_CAPTION_BYTES`` (room for the
+    whitespace the strip removes; the caption's own cap is checked on the row), never read past that.
+
+    Raises:
+        ValueError: not a regular file, or longer than that. OSError, UnicodeDecodeError: as reading says.
+    """
+    limit = 2 * MAX_CAPTION_BYTES
+    with open_regular(path, "caption file") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"it holds more than {limit:,} bytes; a caption holds at most {MAX_CAPTION_BYTES:,}")
+    return data.decode("utf-8").strip()
 
 
 def _image(value: Any, paths: ImagePaths, where: str) -> tuple[Any, str | None]:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from capeval.corpus.shards import Shard
 
@@ -32,6 +33,10 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".bmp", ".webp", "
 JSONL_EXTENSIONS = (".jsonl", ".ndjson", ".json")
 CSV_EXTENSIONS = (".csv", ".tsv")
 MAX_CSV_FIELD_BYTES = 64 * 1024 * 1024  # one CSV cell (the csv module's own limit is 128 KiB)
+# One line of a JSONL or CSV file: a row holds a caption and references of at most 64 KiB each, so a longer line is
+# no row (a 300 MB line took 1 GB to parse; a sparse or /dev/zero-like file is one endless line). A file holding
+# one is refused at its listing, naming the line: reading on would mean reading the file through to find its end.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 # What to do with files a corpus folder may hold but capeval does not read, by extension.
 _UNREAD_HINTS = {
     ".arrow": "a save_to_disk folder needs its dataset_info.json; else load the files with datasets and pass them",
@@ -48,26 +53,70 @@ def _shard_name(stem: str, n: int) -> str:
     return f"{stem}-{n:05d}"
 
 
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """``path`` open for reading, refused unless it is a regular file: a FIFO blocked the run forever, a link to
+    ``/dev/zero`` was read until memory ran out. Opened without blocking, then checked, so nothing waits on a FIFO.
+
+    Raises:
+        ValueError: not a regular file, naming it. OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(
+            f"{what} {path} is not a regular file (a FIFO, device or socket): only regular files are read"
+        )
+    return os.fdopen(fd, "rb")
+
+
+def bounded_lines(fh: BinaryIO, name: str, first_line: int = 1) -> Iterator[bytes]:
+    """The lines of ``fh`` from where it is, each at most ``MAX_LINE_BYTES``.
+
+    Raises:
+        LineTooLong: a longer line, naming its file and line (nothing past the limit is read).
+    """
+    lineno = first_line
+    while line := fh.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise LineTooLong(
+                f"{name} line {lineno} is longer than {MAX_LINE_BYTES:,} bytes: no row is that long (a caption or "
+                "a reference holds at most 64 KiB; capeval.corpus.row_sources.MAX_LINE_BYTES)"
+            )
+        yield line
+        lineno += 1
+
+
+class LineTooLong(OSError):
+    """A line of a JSONL or CSV file over ``MAX_LINE_BYTES``: an OSError, so a shard meeting one (its file changed
+    since it was listed) fails by name as a file that cannot be read."""
+
+
 def jsonl_shards(path: Path, chunk_size: int) -> list[Shard]:
-    """The shards of a JSONL file: ``chunk_size`` non-blank lines each (blank lines belong to no row)."""
+    """The shards of a JSONL file: ``chunk_size`` non-blank lines each (blank lines belong to no row).
+
+    Raises:
+        ValueError: the file is not a regular file, or holds a line over ``MAX_LINE_BYTES``, naming it.
+    """
     shards: list[Shard] = []
-    with open(path, "rb") as fh:
+    with open_regular(path, "JSONL file") as fh:
         start = offset = 0
         first_line = rows = 0
         digest = hashlib.sha256()
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                if rows == 0:
-                    start, first_line, digest = offset, lineno, hashlib.sha256()
-                rows += 1
-            offset += len(line)
-            if rows:
-                digest.update(line)
-            if rows == chunk_size:
-                shards.append(
-                    _byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows)
-                )
-                rows = 0
+        try:
+            for lineno, line in enumerate(bounded_lines(fh, path.name), 1):
+                if line.strip():
+                    if rows == 0:
+                        start, first_line, digest = offset, lineno, hashlib.sha256()
+                    rows += 1
+                offset += len(line)
+                if rows:
+                    digest.update(line)
+                if rows == chunk_size:
+                    span = (start, offset)
+                    shards.append(_byte_shard(path, "jsonl", len(shards), span, first_line, digest, rows))
+                    rows = 0
+        except LineTooLong as err:
+            raise ValueError(str(err)) from None
         if rows:
             shards.append(_byte_shard(path, "jsonl", len(shards), (start, offset), first_line, digest, rows))
     return shards
@@ -105,9 +154,14 @@ class _CountingLines:
         return self
 
     def __next__(self) -> str:
-        line = self.fh.readline()
+        line = self.fh.readline(MAX_LINE_BYTES + 1)
         if not line:
             raise StopIteration
+        if len(line) > MAX_LINE_BYTES:
+            raise ValueError(
+                f"{self.name} line {self.lineno + 1} is longer than {MAX_LINE_BYTES:,} bytes: no row is that long "
+                "(capeval.corpus.row_sources.MAX_LINE_BYTES)"
+            )
         self.offset += len(line)
         self.lineno += 1
         self.digest.update(line)
@@ -136,7 +190,7 @@ def csv_shards(path: Path, chunk_size: int) -> list[Shard]:
         ValueError: the file is not UTF-8 or not CSV (naming the line).
     """
     shards: list[Shard] = []
-    with open(path, "rb") as fh:
+    with open_regular(path, "CSV file") as fh:
         lines = _CountingLines(fh, path.name)
         reader = csv_records(lines, path)
         try:
@@ -162,11 +216,31 @@ def csv_shards(path: Path, chunk_size: int) -> list[Shard]:
     return shards
 
 
-def _sorted_images(folder: Path) -> Iterator[Path]:
-    # One directory listing in memory at a time, in a stable order.
+def _sorted_images(folder: Path, above: tuple[str, ...] = ()) -> Iterator[Path]:
+    """The images under ``folder`` by sorted path, one directory listing in memory at a time. A linked folder is
+    followed unless it leads back to a folder above it (a loop, refused naming the link); an entry whose link
+    cannot be followed at all is an image to report (its row says why) or, under another name, refused by name.
+
+    Raises:
+        ValueError: a link that loops, naming it and where it leads.
+    """
+    real = os.path.realpath(folder)
+    above = (*above, real)
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if entry.is_dir():
-            yield from _sorted_images(Path(entry.path))
+        try:
+            is_dir = entry.is_dir()
+        except OSError as err:  # a link to itself (ELOOP), a folder this user cannot read
+            if entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                yield Path(entry.path)
+                continue
+            raise ValueError(f"image folder entry {entry.path} cannot be followed ({err.strerror})") from None
+        if is_dir:
+            if entry.is_symlink() and os.path.realpath(entry.path) in above:
+                raise ValueError(
+                    f"image folder entry {entry.path} is a link to {os.readlink(entry.path)}, a folder above it: "
+                    "following it would list the same images without end"
+                )
+            yield from _sorted_images(Path(entry.path), above)
         elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
             yield Path(entry.path)
 
