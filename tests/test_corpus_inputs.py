@@ -235,9 +235,7 @@ def test_a_corpus_file_that_is_a_fifo_is_refused_by_name_without_waiting(tmp_pat
     (tmp_path / "rows").mkdir()
     os.mkfifo(tmp_path / "rows" / f"pairs{suffix}")
     for source in (tmp_path / "rows", tmp_path / "rows" / f"pairs{suffix}"):
-        with pytest.raises(
-            ValueError, match=rf"pairs\{suffix} is not a regular file \(a FIFO, device or socket\)"
-        ):
+        with pytest.raises(ValueError, match=rf"pairs\{suffix} is not a regular file \(a FIFO\)"):
             score_corpus(source, tmp_path / "out", model=MODEL, progress=False)
     assert not (tmp_path / "out").exists()
 

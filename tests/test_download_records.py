@@ -183,6 +183,34 @@ def test_a_shard_without_its_stats_file_is_incomplete_and_says_why(img2dataset_r
     assert "interrupted download" in stats.reason
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_stats_file_that_cannot_be_read_makes_its_shard_incomplete_and_the_run_summarises(
+    img2dataset_run, tmp_path, kind
+):
+    import os
+
+    from capeval.corpus.run import score_corpus
+    from capeval.testing.shapes import shapes_clip_path
+
+    _copy_shard(img2dataset_run.webdataset, "00000", tmp_path)
+    stats_file = tmp_path / "00000_stats.json"
+    stats_file.unlink()
+    os.mkdir(stats_file) if kind == "folder" else os.mkfifo(stats_file)
+    stats = read_shard_stats(tmp_path / "00000.tar")
+    assert not stats.complete and "00000_stats.json cannot be read (" in stats.reason
+    assert f"is not a regular file ({'a folder' if kind == 'folder' else 'a FIFO'})" in stats.reason
+    os.mkfifo(tmp_path / "00000.parquet.fifo")  # a records file that is a FIFO is refused, not waited on
+    os.replace(tmp_path / "00000.parquet.fifo", tmp_path / "00000.parquet")
+    with pytest.raises(DownloadRecordsError, match=r"00000.parquet cannot be read: .*not a regular file"):
+        read_download_records(tmp_path / "00000.tar")
+    # The run is scored and summarised, the shard named as possibly incomplete (it used to end with an OSError).
+    result = score_corpus(
+        tmp_path / "00000.tar", tmp_path / "out", model=str(shapes_clip_path()), progress=False
+    )
+    assert "00000_stats.json cannot be read" in result.summary["downloads"]["incomplete_shards"]["00000"]
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
 def _with_stats(img2dataset_run, tmp_path, edit):
     tar = _copy_shard(img2dataset_run.webdataset, "00000", tmp_path)
     path = tmp_path / "00000_stats.json"

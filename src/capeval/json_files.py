@@ -229,7 +229,9 @@ def _duplicate_message(data: bytes, text: str, dup: _DuplicateKey, where: str) -
     key = json.dumps(dup.key, ensure_ascii=False)
     try:
         key.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (a \ud800 escape): shown escaped, so the message can be written
+    except (
+        UnicodeEncodeError
+    ):  # a lone surrogate (a \ud800 escape): shown escaped, so the message can be written
         key = json.dumps(dup.key)
     return f"{where}: key {key} appears {times} in one object ({place}); each key may appear once"
 

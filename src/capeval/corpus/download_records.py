@@ -32,6 +32,7 @@ from typing import Any
 
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.row_checks import ORIGIN_SIZE_FIELDS, ORIGIN_TEXT_FIELDS, key_problem, origin_fields
+from capeval.corpus.row_sources import open_regular
 from capeval.json_files import InputFileError, parse_json
 
 STATUSES = ("success", "failed_to_download", "failed_to_resize")  # img2dataset's values of ``status``
@@ -123,15 +124,24 @@ def read_shard_stats(shard_path: str | os.PathLike, records: DownloadRecords | N
         other numbers than the stats (a stats file left from another run).
     """
     path = record_paths(shard_path)[1]
-    if not path.is_file():
+    if not os.path.lexists(path):
         return ShardStats(
             path,
             False,
             f"{path} is missing: img2dataset writes it when the shard is finished, so this shard may hold only "
             "part of its samples (an interrupted download; img2dataset's incremental mode downloads it again)",
         )
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_STATS_BYTES + 1)  # bounded even if the file grows after a size check
+    try:
+        fh = open_regular(path, "stats file")
+        with fh:
+            data = fh.read(MAX_STATS_BYTES + 1)  # bounded even if the file grows after a size check
+    except (
+        OSError,
+        ValueError,
+    ) as err:  # unreadable (permissions, I/O), or no regular file: a verdict, not a crash
+        return ShardStats(
+            path, False, f"{path} cannot be read ({err}); whether img2dataset finished it is unknown"
+        )
     if len(data) > MAX_STATS_BYTES:
         return ShardStats(path, False, f"{path} is over {MAX_STATS_BYTES:,} bytes; it is not read")
     try:
@@ -205,10 +215,22 @@ def read_download_records(shard_path: str | os.PathLike) -> DownloadRecords:
             rows, or lacks img2dataset's ``key`` and ``status`` columns (naming the file and its columns).
     """
     path = record_paths(shard_path)[0]
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise DownloadRecordsError(f"{path} is missing: img2dataset writes it beside each shard it downloads")
     try:
-        table = CheckedParquet(path, MAX_RECORD_CELL_BYTES)
+        fh = open_regular(path, "metadata file")
+    except (OSError, ValueError) as err:
+        raise DownloadRecordsError(f"{path} cannot be read: {err}") from err
+    with fh:
+        try:
+            return _records_of(path, fh)
+        except OSError as err:  # an I/O error part-way through the file
+            raise DownloadRecordsError(f"{path} cannot be read: {err}") from err
+
+
+def _records_of(path: Path, fh) -> DownloadRecords:
+    try:
+        table = CheckedParquet(fh, MAX_RECORD_CELL_BYTES)
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family for damaged files
         raise DownloadRecordsError(f"{path} is not a readable Parquet file: {err}") from err
     if table.num_rows > MAX_RECORD_ROWS:

@@ -136,11 +136,10 @@ def _open(
         return Corpus(shards, _description(path, "image_folder"))
     if os.path.islink(path) and not path.exists():
         raise ValueError(f"corpus source {path} is a link to {os.readlink(path)}, which does not exist")
-    if os.path.lexists(path):
-        raise ValueError(
-            f"corpus source {path} is not a regular file (a FIFO, device or socket) nor a folder: only regular "
-            "files are read"
-        )
+    if os.path.lexists(
+        path
+    ):  # neither a file nor a folder: a FIFO, a device or a socket, refused by its kind
+        open_regular(path, "corpus source").close()
     if isinstance(source, str) and not looks_like_a_path(source):
         import datasets
 

@@ -61,11 +61,11 @@ def open_regular(path: Path, what: str) -> BinaryIO:
         ValueError: not a regular file, naming it. OSError: it cannot be opened.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ValueError(
-            f"{what} {path} is not a regular file (a FIFO, device or socket): only regular files are read"
-        )
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise ValueError(f"{what} {path} is not a regular file ({kind}): only regular files are read")
     return os.fdopen(fd, "rb")
 
 
