@@ -100,6 +100,11 @@ def test_cli_corpus_on_unreadable_shards_exits_with_one_line_naming_each(finishe
         ({"threshold": math.nan}, ValueError, "threshold must be a finite number, got nan"),
         ({"threshold": -math.inf}, ValueError, "threshold must be a finite number, got -inf"),
         ({"threshold": "0.3"}, TypeError, "threshold must be a number, got str '0.3'"),
+        (
+            {"num_workers": 0, "executor": "ray"},
+            ValueError,
+            "num_workers=0 means no decoding worker on the local",
+        ),
     ],
 )
 def test_bad_run_settings_are_refused_before_anything_is_written(

@@ -4,6 +4,7 @@ name the pattern and what was found."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import fsspec
@@ -287,6 +288,27 @@ def test_a_file_named_like_a_pipe_found_by_a_glob_or_a_listing_is_refused(tmp_pa
         list_locations(str(tmp_path / "*.tar"))
     with pytest.raises(LocationError, match=r"was found in folder .* starts with 'pipe:'"):
         list_locations(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("dir://x/00000.tar", r"dir:// is a filesystem over another one \(fsspec's\)"),
+        ("reference://x/00000.tar", r"reference:// is a filesystem over another one"),
+        ("filecache://x/00000.tar", r"filecache:// is a filesystem over another one"),
+        (
+            "ftp://127.0.0.1:9/x/00000.tar",
+            r"cannot be listed through fsspec's ftp:// filesystem \(Connection",
+        ),
+        (
+            "nosuch://x/00000.tar",
+            r"cannot be listed through fsspec's nosuch:// filesystem \(ValueError: Protocol",
+        ),
+    ],
+)
+def test_an_fsspec_url_that_cannot_be_used_is_refused_naming_it(url, message):
+    with pytest.raises(LocationError, match=re.escape(repr(url)) + ".*" + message):
+        list_locations(url)
 
 
 # --- The memory filesystem, through the same fsspec code as s3:// ---

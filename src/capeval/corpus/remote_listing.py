@@ -14,12 +14,39 @@ _GLOB_CHARS = "*?["
 _LISTED = 20  # entries of a folder quoted in an error
 
 
+# fsspec's filesystems over another filesystem or a file (a prefix, a cache, an archive, a reference set): a URL
+# alone cannot say what they wrap, and they failed with errors naming nothing.
+WRAPPER_PROTOCOLS = ("dir", "reference", "filecache", "simplecache", "blockcache", "cached", "zip", "tar",
+                     "libarchive")  # fmt: skip
+
+
 def remote_locations(url: str, where: str, options: dict[str, Any]) -> list[RemoteShard]:
     """The shards ``url`` names, through fsspec with ``options``.
 
     Raises:
-        LocationError: nothing there, a name missing, a file that is no shard; naming the URL and what was found.
+        LocationError: nothing there, a name missing, a file that is no shard, a filesystem that cannot be used
+            (unknown, a wrapper, a library missing, refused or unreachable); naming the URL and what was found.
     """
+    protocol = url.split("://", 1)[0]
+    if protocol in WRAPPER_PROTOCOLS:
+        raise LocationError(
+            f"{url!r}{where}: {protocol}:// is a filesystem over another one (fsspec's), which a URL alone cannot "
+            "set up: give the URL of the files themselves (s3://..., gs://..., a local path)"
+        )
+    try:
+        return _remote_locations(url, where, options)
+    except LocationError:
+        raise
+    except (
+        Exception
+    ) as err:  # fsspec's filesystems fail in their own ways: unknown, a library missing, unreachable
+        raise LocationError(
+            f"{url!r}{where} cannot be listed through fsspec's {protocol}:// filesystem "
+            f"({type(err).__name__}: {err})"
+        ) from err
+
+
+def _remote_locations(url: str, where: str, options: dict[str, Any]) -> list[RemoteShard]:
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url, **options)

@@ -161,6 +161,11 @@ def _check_settings(
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
     _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
+    if executor == "ray" and num_workers == 0:
+        raise ValueError(
+            "num_workers=0 means no decoding worker on the local executor; on Ray it is the number of actors "
+            "holding a model, at least 1 (leave it unset for one per GPU, else 1)"
+        )
     _check_cut(threshold, top_fraction)
     if resharder_subset and threshold is None and top_fraction is None:
         raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
