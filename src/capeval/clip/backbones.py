@@ -50,7 +50,8 @@ class Backbone:
         model_id: the Hub id, or the name of the local folder it was loaded from (its contents are named by
             ``revision``; the path is left out so that signatures are the same on every machine).
         revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix over the weight files and the files that
-            decide numbers (``checkpoints.files.weights_sha256``).
+            decide numbers (``checkpoints.files.weights_sha256``); for a model object, ``state-sha256:`` over its
+            weights, config and tokenizer (``model_identity``).
         device: where it runs.
         dtype: its floating-point type.
         image_size: square input size of the vision tower (224 for ViT-B/32).
@@ -65,8 +66,8 @@ class Backbone:
         lowercase: captions and the prompt are lower-cased (ASCII) before the tokenizer, because the tokenizer files
             ask for it and the transformers tokenizer does not do it (SigLIP 2: ``families.lower_cases``).
         live: a model object the caller holds (``capeval.clip.in_memory``): scored in eval mode with its modes
-            restored, its weights named in ``revision`` at each call (``refresh``: the hash is kept per model
-            object until one of its tensors changes), the wrapper itself never cached.
+            restored, its weights, config and tokenizer named in ``revision`` at each call (``refresh``: their
+            digests are kept until they change), the wrapper itself never cached.
     """
 
     model: torch.nn.Module
@@ -94,13 +95,14 @@ class Backbone:
         return f"{self.model_id}@{self.revision}"
 
     def refresh(self) -> None:
-        """At the start of each metric call: a model object's weights are named as they are now (they change
-        between calls), hashed again and checked for NaN or inf only when a tensor changed since the hash kept
-        for that object (``in_memory.weights_revision``). Loaded models: nothing to do."""
+        """At the start of each metric call: a model object is named as it is now (its weights, config and
+        tokenizer change between calls), its weights hashed again and checked for NaN or inf only when they changed
+        since the digest kept for that object (``model_identity.model_object_revision``). Loaded models: nothing to
+        do."""
         if self.live:
-            from capeval.clip.in_memory import weights_revision
+            from capeval.clip.model_identity import model_object_revision
 
-            self.revision = weights_revision(self.model, f"model object {self.model_id}")
+            self.revision = model_object_revision(self.model, self.tokenizer, f"model object {self.model_id}")
 
     def forward_mode(self):
         """Context of every forward: eval mode for a model object (its modes given back after), else nothing."""

@@ -18,42 +18,21 @@ Such a model is not ours to change, and it changes between calls:
   threads) ends; no gradient is kept (inference mode);
 - nothing computed from its outputs is kept across calls: no backbone cache (``load_backbone`` builds a new
   wrapper each time), no corpus embedding cache (``score_corpus`` refuses model objects);
-- its weights are named by a hash: sha256 over every tensor's name, dtype, shape and bytes, written into the
-  signature as the revision ``state-sha256:<12 hex>``; the same pass refuses NaN or inf weights (a diverged
-  run), which would otherwise come back as NaN scores.
-
-The hash is kept per model object (``weights_revision``) with the state it was computed from, and computed again,
-NaN/inf check included, whenever that state differs at a call. The state of each tensor of ``state_dict()`` is its
-storage address, shape, strides, dtype and device, its autograd version counter (bumped by every in-place write
-through the tensor: an optimiser step, ``load_state_dict``, ``p.copy_``, ``p.add_`` under ``torch.no_grad()``),
-and a fingerprint of its bytes: a wrapping 64-bit sum and a 64-bit XOR of its words, one read of the weights.
-The fingerprint is there for writes the version counter does not see: ``p.data.copy_(...)`` (``.data`` is a
-tensor with a counter of its own; EMA updates are often written so) and writes through ``p.detach().numpy()``. A
-write that leaves both the counter and the fingerprint as they were (values of one tensor permuted through
-``.data``) is the one change the kept hash can miss. A model on an accelerator is fingerprinted by
-``torch.hash_tensor``; without it (torch < 2.8) nothing is kept for such a model: its weights are hashed at every
-call.
+- it is named by a revision over its weights, its config and its tokenizer, ``state-sha256:<12 hex>``
+  (``capeval.clip.model_identity``), computed at each call from digests kept per model object and per tokenizer
+  until one of them changes; the weights' digest refuses NaN or inf weights (a diverged run), which would otherwise
+  come back as NaN scores. What its image processor decides (size, crop, mean/std) is read once, when the metric is
+  made, into fields the signature carries.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
-import weakref
-from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import torch
-
-from capeval.clip.checkpoints.files import check_finite
-
-STATE_HASH_PREFIX = "state-sha256:"  # a weights hash of tensors in memory, not of files (``sha256:``)
-_HASH_CHUNK = (
-    1 << 26
-)  # bytes of one tensor handed to sha256 at a time (64 MiB): bounded host copies of GPU weights
 
 
 def is_model_object(model) -> bool:
@@ -131,8 +110,8 @@ def split_model_object(model) -> tuple[torch.nn.Module, object, object | None]:
 
 def model_object_id(module: torch.nn.Module) -> str:
     """How signatures name a model object: ``memory:CLIPModel(openai/clip-vit-base-patch32)``, the class and the
-    checkpoint its config says it started from, a local folder by its name only (the weights themselves are named
-    by the hash)."""
+    checkpoint its config says it started from, a local folder by its name only (what it holds is named by the
+    revision, ``capeval.clip.model_identity``)."""
     source = str(getattr(getattr(module, "config", None), "_name_or_path", "") or "")
     if source and (os.path.isabs(source) or source.startswith((".", "~")) or os.path.isdir(source)):
         source = Path(
@@ -193,111 +172,6 @@ def check_placement(module: torch.nn.Module, device, dtype, where: str) -> tuple
     return dev, dt
 
 
-def hash_weights(module: torch.nn.Module, where: str) -> str:
-    """``state-sha256:<12 hex>`` over every tensor of ``module.state_dict()`` (``hash_state``), computed now.
-
-    Raises:
-        ValueError: a floating-point weight holds NaN or inf.
-    """
-    return hash_state(module.state_dict(), where)
-
-
-def hash_state(state: Mapping[str, torch.Tensor], where: str) -> str:
-    """``state-sha256:<12 hex>`` over every tensor of a state dict (name, dtype, shape, bytes), after refusing NaN
-    or inf in any of them (``check_finite``, naming the tensors).
-
-    Raises:
-        ValueError: a floating-point weight holds NaN or inf.
-    """
-    check_finite(((name, t.detach()) for name, t in state.items()), where)
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach()
-        digest.update(f"{name}|{str(tensor.dtype)}|{tuple(tensor.shape)}\n".encode())
-        flat = tensor.contiguous().reshape(-1).view(torch.uint8)
-        for start in range(0, flat.numel(), _HASH_CHUNK):
-            # .cpu() of a slice: a GPU model's weights cross to the host 64 MiB at a time.
-            digest.update(flat[start : start + _HASH_CHUNK].cpu().numpy().tobytes())
-    return STATE_HASH_PREFIX + digest.hexdigest()[:12]
-
-
-_HOST_REDUCED = frozenset({"cpu"})  # devices whose tensors numpy reads in place (``_fingerprints``)
-# model object -> (the state_key its hash was computed from, that hash). Weak keys: an entry goes with its model.
-_REVISIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_REVISIONS_LOCK = threading.Lock()
-
-
-def weights_revision(module: torch.nn.Module, where: str) -> str:
-    """The model object's ``state-sha256:<12 hex>``, hashed again (and checked for NaN/inf) only when its state
-    differs from the one its kept hash was computed from (module docstring).
-
-    Raises:
-        ValueError: a floating-point weight holds NaN or inf (nothing is kept then: the next call checks again).
-    """
-    state = module.state_dict(keep_vars=True)
-    key = state_key(state)  # taken before hashing: a write during the hash makes the next call hash again
-    if key is None:
-        return hash_state(state, where)
-    with _REVISIONS_LOCK:
-        kept = _REVISIONS.get(module)
-    if kept is not None and kept[0] == key:
-        return kept[1]
-    revision = hash_state(state, where)
-    with _REVISIONS_LOCK:
-        _REVISIONS[module] = (key, revision)
-    return revision
-
-
-def state_key(state: Mapping[str, torch.Tensor]) -> tuple | None:
-    """What identifies the weights of a state dict without hashing them: per tensor its name, storage address,
-    version counter, shape, strides, dtype, device and byte fingerprint (``_fingerprints``); ``None`` where this
-    torch cannot fingerprint them (an accelerator without ``torch.hash_tensor``)."""
-    tensors = [t.detach() for t in state.values()]
-    try:
-        prints = _fingerprints(tensors)
-    except (AttributeError, NotImplementedError, RuntimeError):
-        return None
-    return tuple(
-        (name, t.data_ptr(), t._version, tuple(t.shape), t.stride(), t.dtype, t.device, fp)
-        for (name, t), fp in zip(state.items(), prints, strict=True)
-    )
-
-
-def _fingerprints(tensors: list[torch.Tensor]) -> list[tuple]:
-    """Per tensor ``(wrapping int64 sum, XOR, trailing bytes)`` of its bytes read as 64-bit words.
-
-    The two reductions catch what the other misses: XOR an equal change made at an even number of places (a
-    LayerNorm weight of ones filled with twos), the sum changes that cancel arithmetically. CPU tensors are
-    reduced by numpy, in one thread: torch's parallel reductions synchronise their threads once per tensor, which
-    on a CPU other processes share costs far more than the reading (1.8 s against 0.1 s at ViT-B/32's size,
-    measured here). Other devices reduce where the tensor is (``torch.hash_tensor``), and the results cross to
-    the host once per device, not once per tensor.
-    """
-    out: list[tuple] = [()] * len(tensors)
-    pending: dict[torch.device, list[tuple]] = {}
-    for i, tensor in enumerate(tensors):
-        raw = tensor.contiguous().reshape(-1).view(torch.uint8)
-        whole = raw.numel() // 8 * 8
-        tail = tuple(raw[whole:].tolist()) if whole < raw.numel() else ()  # no copy to the host when none
-        if raw.device.type in _HOST_REDUCED:
-            words = raw.numpy()[:whole].view(np.int64)
-            out[i] = (int(np.add.reduce(words)), int(np.bitwise_xor.reduce(words)), tail)
-            continue
-        try:
-            words = raw[:whole].view(torch.int64)
-        except RuntimeError:  # storage offset not a multiple of 8 bytes: a copy is aligned
-            words = raw[:whole].clone().view(torch.int64)
-        # hash_tensor refuses an empty input; 0 is what XOR over nothing is.
-        xor = torch.hash_tensor(words).view(torch.int64) if words.numel() else words.new_zeros(())
-        pending.setdefault(raw.device, []).append((i, words.sum(), xor, tail))
-    for entries in pending.values():
-        sums = torch.stack([e[1] for e in entries]).tolist()
-        xors = torch.stack([e[2] for e in entries]).tolist()
-        for (i, _, _, tail), total, xor in zip(entries, sums, xors, strict=True):
-            out[i] = (total, xor, tail)
-    return out
-
-
 # id(model) -> [calls inside eval_mode, the modes found by the first]: one entry per model object while scored.
 _EVAL_USERS: dict[int, list] = {}
 _EVAL_LOCK = threading.Lock()
@@ -332,7 +206,7 @@ def eval_mode(module: torch.nn.Module):
 
 def model_object_fields(model, device, dtype) -> dict:
     """The ``Backbone`` fields of a model object (see the module docstring); ``load_backbone`` builds a new one
-    from them on every call, with ``live=True``; its weights are named at each call (``weights_revision``).
+    from them on every call, with ``live=True``; it is named at each call (``model_identity.model_object_revision``).
 
     Raises:
         TypeError: ``model`` in none of the accepted forms.

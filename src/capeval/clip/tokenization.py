@@ -235,6 +235,16 @@ def _cached_ids_for(tokenizer) -> _CachedIds | None:
         return fast
 
 
+def forget_tokenizer(tokenizer) -> None:
+    """Drop ``tokenizer``'s word cache and the check that it may be used: both are made again, from the tokenizer as
+    it is then, at its next use (a model object's tokenizer changed in place: ``model_identity.tokenizer_digest``)."""
+    with _word_ids_lock:
+        try:
+            _word_ids.pop(tokenizer, None)
+        except TypeError:  # not weak-referenceable: never cached
+            pass
+
+
 def clear_word_cache(tokenizer) -> None:
     """Forget the words and pieces cached for ``tokenizer`` (benchmarks measure the first, uncached pass)."""
     fast = _caches.get(tokenizer) if tokenizer is not None else None
