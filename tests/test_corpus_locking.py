@@ -37,7 +37,7 @@ import capeval.corpus.local_executor as local_executor
 from capeval.corpus.run import score_corpus
 
 corpus, out, model, started, release = sys.argv[1:6]
-reading = local_executor.read_shards
+reading = local_executor.read_batches
 
 
 def held_reading(*args, **kwargs):
@@ -51,7 +51,7 @@ def held_reading(*args, **kwargs):
     yield from reading(*args, **kwargs)
 
 
-local_executor.read_shards = held_reading
+local_executor.read_batches = held_reading
 result = score_corpus(Path(corpus), out, model=model, chunk_size=6, batch_size=4)
 print("rows", result.summary["rows"])
 """

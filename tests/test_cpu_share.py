@@ -15,6 +15,7 @@ import torch
 
 from capeval.corpus import cpu_share, local_executor
 from capeval.corpus.cpu_share import CoreLoad, torch_threads, usable_cores
+from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run import score_corpus
 from capeval.testing.shapes import shapes_clip_path
 from capeval.testing.shapes_shards import write_shapes_shards
@@ -117,15 +118,18 @@ def _threads_per_shard(tmp_path, monkeypatch, loads: list[float], shards: int) -
         def busy_elsewhere(self):
             return next(readings)
 
-    real_score = local_executor.score_shard_locally
+    real_score = RowScorer.score
+    shards_seen = []
 
-    def score(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return real_score(*args, **kwargs)
+    def score(self, batch):
+        if batch["shard"][0] not in shards_seen:  # a shard's first batch: the threads it is scored on
+            shards_seen.append(batch["shard"][0])
+            seen.append(torch.get_num_threads())
+        return real_score(self, batch)
 
     monkeypatch.setattr(local_executor, "CoreLoad", FakeLoad)
     monkeypatch.setattr(local_executor, "FIRST_LOOK_SECONDS", 0.0)
-    monkeypatch.setattr(local_executor, "score_shard_locally", score)
+    monkeypatch.setattr(RowScorer, "score", score)
     monkeypatch.setattr(cpu_share, "usable_cores", lambda: 4)
     write_shapes_shards(tmp_path / "in", shards=shards, rows_per_shard=2)
     score_corpus(

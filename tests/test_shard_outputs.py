@@ -120,9 +120,9 @@ def test_a_shard_rewritten_while_it_is_read_is_reported_not_written_and_scored_b
             rewritten.append(True)
 
     if engine == "local":
-        scored = local_executor.score_shard_locally
+        score = local_executor.RowScorer.score
         monkeypatch.setattr(
-            local_executor, "score_shard_locally", lambda *a, **k: (rewrite_once(), scored(*a, **k))[1]
+            local_executor.RowScorer, "score", lambda self, b: (rewrite_once(), score(self, b))[1]
         )
     else:
         add = ray_engine._ShardsInFlight.add

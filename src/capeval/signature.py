@@ -6,9 +6,11 @@ cache key of stored per-item scores and embeddings, so two numbers with the same
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import PackageNotFoundError, version
 
 
+@functools.cache  # read once per process: a signature is built for every result, a corpus batch's included
 def _version(package: str) -> str:
     try:
         return version(package)

@@ -28,6 +28,7 @@ from capeval.clip.text_encoding import encode_text_tokens, encode_texts, pad_bat
 __all__ = [
     "BATCH_SIZE",
     "encode_images",
+    "encode_pixels",
     "encode_text_tokens",
     "encode_texts",
     "pad_batch",
@@ -205,6 +206,34 @@ def image_reader(reader: str | None, device: torch.device, n_images: int, batch_
     if reader == "processes" and sys.platform == "win32":
         raise ValueError("reader='processes' needs fork(), which Windows lacks: use reader='threads'")
     return _process_batches if reader == "processes" else _thread_batches
+
+
+def encode_pixels(backbone: Backbone, pixels: torch.Tensor, batch_size: int = BATCH_SIZE) -> torch.Tensor:
+    """Embed pixels already brought to the model's input size by its geometry (``preprocess_image``'s, as the
+    corpus engine's workers prepare them): normalised on the model's device, ``batch_size`` per forward pass
+    (halved on GPU out-of-memory); nothing decoded, resized or de-duplicated.
+
+    Args:
+        pixels (torch.Tensor): (N, S, S, 3) uint8, S the model's input size.
+
+    Returns:
+        torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order.
+    """
+    if pixels.dtype != torch.uint8 or pixels.ndim != 4 or pixels.shape[-1] != 3:
+        raise ValueError(f"pixels must be (N, S, S, 3) uint8, got {tuple(pixels.shape)} {pixels.dtype}")
+    if len(pixels) == 0:
+        return torch.zeros(0, backbone.embed_dim)
+    pieces = [
+        emb
+        for _, emb in run_with_backoff(
+            lambda c: _image_forward(backbone, pixels[c[0] : c[-1] + 1]),
+            range(len(pixels)),
+            batch_size,
+            backbone.device,
+            "images",
+        )
+    ]
+    return torch.cat(pieces).cpu()
 
 
 def encode_images(

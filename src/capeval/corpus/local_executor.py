@@ -1,8 +1,10 @@
 """The local executor of ``score_corpus``: shards scored in this process, or shared by the processes of a launch.
 
-In one process, the pending shards are read (``reader.read_shards``) and scored one after another: a shard's rows
-stream from its file, are prepared a bounded window ahead of the model by ``DecodePool``'s worker processes, scored
-in batches of ``batch_size`` (``RowScorer.score``), and only the scores are held until the shard is written.
+In one process, worker processes read the pending shards and prepare their rows in batches
+(``capeval.corpus.row_batches``: each reads a shard itself, decodes and resizes its images into memory it shares
+with this process); this process scores each batch as it comes (``RowScorer.score``), holds only the scores until a
+shard's last batch is in, and a writer thread writes the shard. Without workers (the default on the CPU, whose
+cores the model needs) the shards are read here, one after another.
 Under ``torchrun`` / ``accelerate launch`` the main process claims the folder and decides the pending shards, each
 process scores every ``world_size``-th of them on its own device, and the main one summarises; every process
 returns the summary.
@@ -21,8 +23,7 @@ from typing import Any
 
 from capeval.corpus.cpu_share import FIRST_LOOK_SECONDS, CoreLoad, threads_pinned, torch_threads
 from capeval.corpus.distributed import _raise_if_any_failed
-from capeval.corpus.reader import ShardReadError, read_shards
-from capeval.corpus.row_batches import DecodePool, default_decode_workers
+from capeval.corpus.row_batches import ShardBatch, default_decode_workers, read_batches
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run_folder import claimed_output
 from capeval.corpus.run_plan import pending_shards, score_pending, summarise
@@ -35,7 +36,7 @@ from capeval.corpus.shard_outputs import (
 
 
 @contextlib.contextmanager
-def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> Iterator[Callable[[], None]]:
+def _torch_threads(device, workers: int, processes: int) -> Iterator[Callable[[], None]]:
     """On the CPU, a function setting torch's threads before each shard (``cpu_share.torch_threads``: the cores
     left by the decoding workers and by other processes over the last shard); torch's own count restored after.
     Elsewhere (a GPU), or where the user pinned the threads (``OMP_NUM_THREADS``), it does nothing. In a launch of
@@ -46,7 +47,7 @@ def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> 
         yield lambda: None
         return
     before = torch.get_num_threads()
-    load = CoreLoad(decode.pids) if processes == 1 else None
+    load = CoreLoad(_children) if processes == 1 else None
     started = time.monotonic()
     first = True
 
@@ -66,18 +67,29 @@ def _torch_threads(device, workers: int, processes: int, decode: DecodePool) -> 
         torch.set_num_threads(before)
 
 
-def score_shard_locally(
-    scorer: RowScorer, rows: Iterable, batch_size: int, decode: DecodePool | None = None
-) -> dict[str, Any]:
-    """Score one shard's rows in batches of ``batch_size`` in this process, as they are read, ``decode``'s workers
-    preparing them ahead of the model (None: each batch prepared here when it is needed).
+def _children() -> list[int]:
+    """This process's children (the decoding workers), whose CPU time is this run's own, not other work's."""
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children()]
+
+
+def score_shard_locally(scorer: RowScorer, rows: Iterable, batch_size: int) -> dict[str, Any]:
+    """Score one shard's rows in this process, in batches of ``batch_size`` as they are read (for scripts and
+    tests; the executor reads through ``row_batches.read_batches``).
 
     Returns:
         dict: the scored columns of the whole shard (``RowScorer.score``'s, joined).
     """
-    with DecodePool(0) if decode is None else contextlib.nullcontext(decode) as pool:
-        batches = pool.batches(rows, scorer.image_size, batch_size)
-        return concat_batches([scorer.score(batch) for batch in batches])
+    import itertools
+
+    from capeval.corpus.row_scoring import prepare_rows
+
+    rows = iter(rows)
+    batches = []
+    while batch := list(itertools.islice(rows, batch_size)):
+        batches.append(scorer.score(prepare_rows(batch, scorer.image_size)))
+    return concat_batches(batches)
 
 
 def concat_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,34 +118,111 @@ def run_local(plan, output: Path, scorer: RowScorer, state):
 def execute_locally(
     plan, pending: list, output: Path, scorer: RowScorer, records: dict[str, dict], processes: int = 1
 ) -> dict[str, str]:
-    """Read, score and write ``pending`` shards in this process; returns ``{shard: why}`` for those not read."""
+    """Read, score and write ``pending`` shards; returns ``{shard: why}`` for those not read.
+
+    The worker processes (``row_batches.read_batches``) read and prepare the shards' batches; this process scores
+    each batch as it comes, keeps each shard's scores until its last batch is in, and hands the shard to a writer
+    thread, which checks that the input did not change while it was read and writes it.
+    """
     device = scorer.scorers[scorer.metrics[0]].backbone.device
     workers = plan.num_workers if plan.num_workers is not None else default_decode_workers(device)
     failed: dict[str, str] = {}
-    scored_rows = 0
+    scored: dict[int, dict[int, dict]] = {}  # shard -> batch number -> its scores
+    counts = {"rows": 0}
     bar = _progress_bar(plan.progress, len(pending))
-    with DecodePool(workers) as decode, _torch_threads(device, workers, processes, decode) as set_threads:
-        for shard, stream, why in read_shards(pending, plan.columns, plan.corpus.streamed):
-            set_threads()
-            if why is None:
+    batches = read_batches(
+        pending, plan.columns, plan.batch_size, scorer.image_size, workers, plan.corpus.streamed
+    )
+    with (
+        _torch_threads(device, workers, processes) as set_threads,
+        _Writer(output, scorer, plan, records) as writer,
+    ):
+        started: set[int] = set()
+        for item in batches:
+            if isinstance(item, ShardBatch):
+                if item.position not in started:  # the threads follow the load as each shard starts
+                    started.add(item.position)
+                    set_threads()
                 try:
-                    scored = score_shard_locally(scorer, stream.rows, plan.batch_size, decode)
-                except ShardReadError as err:  # the shard failed part-way: none of its rows is kept
-                    why = str(err)
-                # A change explains a read that failed part-way better than the failure itself does.
-                why = changed_while_read(shard, records[shard.name]) or why
-                if why is None:
-                    scored_rows += len(scored["index"])
-                    write_shard_output(output, shard.name, scored, scorer.columns(), plan.embeddings,
-                                       records[shard.name], late_errors=stream.late_errors)  # fmt: skip
-            if why is not None:
-                failed[shard.name] = why
+                    scores = scorer.score(item.rows)
+                finally:
+                    item.release()
+                # A part read again after its worker died gives its batches again: each is kept once.
+                scored.setdefault(item.position, {}).setdefault(item.number, scores)
+                continue
+            shard, parts = pending[item.position], scored.pop(item.position, {})
+            if item.failure is None and len(parts) != item.batches:
+                item.failure = f"shard {shard.where}: {len(parts)} of its {item.batches} batches were scored"
+            if item.failure is not None:
+                failed[shard.name] = _explained(shard, records, item.failure)
+            else:
+                counts["rows"] += item.rows
+                writer.write(shard, [parts[n] for n in range(item.batches)], item.late_errors, failed)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(rows=bar.format_sizeof(scored_rows), refresh=False)
+                bar.set_postfix(rows=bar.format_sizeof(counts["rows"]), refresh=False)
     if bar is not None:
         bar.close()
     return failed
+
+
+def _explained(shard, records: dict[str, dict], failure: str) -> str:
+    """A change explains a read that failed part-way better than the failure itself does (a download finishing over
+    a tar makes it unreadable mid-way)."""
+    return changed_while_read(shard, records[shard.name]) or failure
+
+
+class _Writer:
+    """Writes whole shards on a thread of its own, one at a time, after checking that each input did not change
+    while it was read; the scoring thread goes on with the next batches meanwhile. At most two shards wait."""
+
+    def __init__(self, output: Path, scorer: RowScorer, plan, records: dict[str, dict]) -> None:
+        import queue
+        import threading
+
+        self.output, self.scorer, self.plan, self.records = output, scorer, plan, records
+        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="capeval-writer", daemon=True)
+
+    def __enter__(self) -> _Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+    def write(self, shard, batches: list[dict], late_errors: dict[int, str], failed: dict[str, str]) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put((shard, batches, late_errors, failed))
+
+    def _run(self) -> None:
+        while (job := self.queue.get()) is not None:
+            if self.error is not None:
+                continue
+            shard, batches, late_errors, failed = job
+            try:
+                why = changed_while_read(shard, self.records[shard.name])
+                if why is not None:
+                    failed[shard.name] = why
+                    continue
+                rows, columns = concat_batches(batches), self.scorer.columns()
+                record = self.records[shard.name]
+                write_shard_output(
+                    self.output,
+                    shard.name,
+                    rows,
+                    columns,
+                    self.plan.embeddings,
+                    record,
+                    late_errors=late_errors,
+                )
+            except BaseException as err:  # raised in the scoring thread at its next write or at the end
+                self.error = err
 
 
 def _progress_bar(progress: bool | None, shards: int):

@@ -52,7 +52,7 @@ def check_row_metrics(metrics: Sequence[str]) -> list[str]:
     return names
 
 
-def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
+def prepare_rows(rows: Sequence[Any], image_size: int, out: np.ndarray | None = None) -> dict[str, Any]:
     """Decode and geometrically preprocess one batch of ``ShardRow``s (CPU work, no model).
 
     A row whose image cannot be read, whatever the decoder raised, gets its ``error`` (the reader has already
@@ -61,6 +61,8 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     Args:
         rows: ``capeval.corpus.shards.ShardRow``s.
         image_size: the backbone's input size (``Backbone.image_size``).
+        out: (len(rows), size, size, 3) uint8 to write the pixels into (memory shared with the scoring process);
+            None: a new array.
 
     Returns:
         dict: ``key``, ``shard``, ``caption``, ``error`` (lists), ``index`` (int64 (N,)), ``references``
@@ -70,7 +72,13 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
     """
     from capeval.clip.images import preprocess_image
 
-    pixels = np.zeros((len(rows), image_size, image_size, 3), dtype=np.uint8)
+    if out is None:
+        pixels = np.zeros((len(rows), image_size, image_size, 3), dtype=np.uint8)
+    elif out.shape != (len(rows), image_size, image_size, 3) or out.dtype != np.uint8:
+        wanted = (len(rows), image_size, image_size, 3)
+        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; expected {wanted} uint8")
+    else:
+        pixels = out
     errors: list[str | None] = []
     for i, row in enumerate(rows):
         error = row.error
@@ -82,6 +90,8 @@ def prepare_rows(rows: Sequence[Any], image_size: int) -> dict[str, Any]:
                 error = f"image of {row.key} cannot be read: " + str(err).replace(f"image {i}", "image", 1)
             except Exception as err:  # a decoder's own failure on one row's bytes never ends the run
                 error = f"image of {row.key} cannot be read: {type(err).__name__}: {err}"
+        if error is not None and out is not None:
+            pixels[i] = 0  # a reused buffer holds an earlier batch's pixels
         errors.append(error)
     return {
         "key": [r.key for r in rows],
@@ -211,12 +221,15 @@ class RowScorer:
         row's caption embedding."""
         import torch
 
-        from capeval.clip.image_encoding import encode_images
+        from capeval.clip.image_encoding import encode_pixels
 
         backbone = scorer.backbone
         if id(backbone) not in images:
-            emb = encode_images(backbone, list(batch["pixels"][live]), batch_size=max(1, len(live)),
-                                num_workers=1, progress=False, reader="threads")  # fmt: skip
+            # The prepared pixels as they lie (no copy when every row is live), one forward pass for the batch.
+            pixels = batch["pixels"] if len(live) == len(batch["key"]) else batch["pixels"][live]
+            if not pixels.flags.writeable:  # Ray's object store hands out read-only arrays, which torch warns of
+                pixels = pixels.copy()
+            emb = encode_pixels(backbone, torch.from_numpy(pixels), batch_size=max(1, len(live)))
             images[id(backbone)] = dict(zip(live, emb, strict=True))
         groups = [rows]
         if name in self.reads_references and name not in self.needs_references:
