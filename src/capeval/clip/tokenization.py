@@ -238,9 +238,9 @@ def _cached_ids_for(tokenizer) -> _CachedIds | None:
 def forget_tokenizer(tokenizer) -> None:
     """Drop ``tokenizer``'s word cache and the check that it may be used: both are made again, from the tokenizer as
     it is then, at its next use (a model object's tokenizer changed in place: ``model_identity.tokenizer_digest``)."""
-    with _word_ids_lock:
+    with _caches_lock:
         try:
-            _word_ids.pop(tokenizer, None)
+            _caches.pop(tokenizer, None)
         except TypeError:  # not weak-referenceable: never cached
             pass
 

@@ -227,7 +227,9 @@ class RowScorer:
         if id(backbone) not in images:
             # The prepared pixels as they lie (no copy when every row is live), one forward pass for the batch.
             pixels = batch["pixels"] if len(live) == len(batch["key"]) else batch["pixels"][live]
-            if not pixels.flags.writeable:  # Ray's object store hands out read-only arrays, which torch warns of
+            if (
+                not pixels.flags.writeable
+            ):  # Ray's object store hands out read-only arrays, which torch warns of
                 pixels = pixels.copy()
             emb = encode_pixels(backbone, torch.from_numpy(pixels), batch_size=max(1, len(live)))
             images[id(backbone)] = dict(zip(live, emb, strict=True))
