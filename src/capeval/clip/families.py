@@ -37,7 +37,7 @@ import torch
 
 from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
-from capeval.clip.tokenization import PREFIX, TOKENIZATION_REVISION, ascii_lower, tokenize_captions
+from capeval.clip.tokenization import PREFIX, TOKENIZATION_REVISION, ascii_lower, tokenize_captions_cut
 
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
@@ -348,6 +348,12 @@ def lower_cases(family: Family, tokenizer) -> bool:
 
 
 def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
+    """``tokenize_texts_cut``'s ids and how many of the texts were cut to the context length."""
+    encoded, cut_rows = tokenize_texts_cut(backbone, texts)
+    return encoded, len(cut_rows)
+
+
+def tokenize_texts_cut(backbone, texts: list[str]) -> tuple[list[list[int]], list[int]]:
     """Token ids of captions for ``backbone`` (prefix already joined) and how many were cut to its length.
 
     CLIP: the authors' cleaning and BPE (``tokenize_captions``), special-token text read as the family says. Other
@@ -361,10 +367,10 @@ def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
         texts = [ascii_lower(t) for t in texts]
     family = getattr(backbone, "family", CLIP)
     if family.is_clip:
-        return tokenize_captions(backbone.tokenizer, texts, backbone.context_length, family.special_text)
+        return tokenize_captions_cut(backbone.tokenizer, texts, backbone.context_length, family.special_text)
     tok, limit = backbone.tokenizer, backbone.context_length
     if not texts:
-        return [], 0
+        return [], []
     as_text = {"split_special_tokens": True} if family.special_tokens_as_text else {}
     encoded = [
         list(x)
@@ -383,7 +389,7 @@ def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
         )
         for i, ids in zip(long_rows, cut["input_ids"], strict=True):
             encoded[i] = list(ids)
-    return encoded, len(long_rows)
+    return encoded, long_rows
 
 
 def text_batch(backbone, ids, pad_batch) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:

@@ -14,6 +14,7 @@ One is PIL's, applied to every image however it arrives: more pixels than ``PIL.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -413,11 +414,20 @@ def resize_and_crop(img: Image.Image, size: int) -> np.ndarray:
 
 
 def normalize_pixels(batch: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:
-    """(B, H, W, 3) uint8 to (B, 3, H, W) float32, scaled to [0, 1] then normalised like ``ToTensor``+``Normalize``."""
-    x = batch.permute(0, 3, 1, 2).to(torch.float32).div(255)
-    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
-    return x.sub(m).div(s)
+    """(B, H, W, 3) uint8 to (B, 3, H, W) float32, scaled to [0, 1] then normalised like ``ToTensor``+``Normalize``.
+
+    The same three operations in the same order as torchvision's (so the same float32 values), done in place on
+    the one float copy, with the channel constants made once per device."""
+    x = batch.permute(0, 3, 1, 2).to(torch.float32, copy=True).div_(255)  # a copy: never the caller's tensor
+    m, s = _channel_constants(tuple(mean), tuple(std), x.device)
+    return x.sub_(m).div_(s)
+
+
+@functools.lru_cache(maxsize=64)
+def _channel_constants(mean: tuple, std: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+    return m, s
 
 
 def preprocess_image(image: ImageInput, index: int, size: int) -> np.ndarray:

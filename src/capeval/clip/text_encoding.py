@@ -15,7 +15,7 @@ threads), so ``capeval.corpus.distributed`` deals out exactly the batches a sing
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,7 +31,7 @@ from capeval.clip.batching import (
     run_with_backoff,
     unique_indices,
 )
-from capeval.clip.families import text_batch, token_projection, tokenize_texts
+from capeval.clip.families import text_batch, token_projection, tokenize_texts, tokenize_texts_cut
 from capeval.clip.tokenization import with_prefix
 from capeval.diagnostics.categories import TruncationWarning, user_stacklevel
 
@@ -71,8 +71,15 @@ class CaptionIds:
         n_truncated: captions cut to the context length so far.
     """
 
-    def __init__(self, backbone: Backbone, texts: Sequence[str], prefix: str | None) -> None:
+    def __init__(
+        self,
+        backbone: Backbone,
+        texts: Sequence[str],
+        prefix: str | None,
+        token_ids: Mapping[str, tuple[tuple[int, ...], bool]] | None = None,
+    ) -> None:
         self._backbone = backbone
+        self._known = token_ids or {}
         joined = [with_prefix(t, prefix) for t in texts]
         distinct, self._string_inverse = unique_indices(joined)
         self.strings = [joined[i] for i in distinct]
@@ -85,10 +92,12 @@ class CaptionIds:
         self.n_truncated = 0
 
     def tokenize(self, window: range) -> tuple[list[list[int]], int]:
-        """Token ids of the distinct strings in ``window`` (touches no state: safe on another thread)."""
-        bb = self._backbone
+        """Token ids of the distinct strings in ``window`` (touches no state: safe on another thread); those given
+        as ``token_ids`` are not tokenised again."""
         texts = [self.strings[i] for i in self._by_length[window.start : window.stop]]
-        return tokenize_texts(bb, texts)
+        if all(t in self._known for t in texts):
+            return [list(self._known[t][0]) for t in texts], sum(self._known[t][1] for t in texts)
+        return tokenize_texts(self._backbone, texts)
 
     def add(self, window: range, tokenized: tuple[list[list[int]], int]) -> list[int]:
         """Record a window's ids (windows in order); returns the positions in ``ids`` first seen there."""
@@ -240,11 +249,13 @@ def encode_batches(
     return positions, torch.cat(pieces).cpu(), tokens
 
 
-def _encode_all(backbone: Backbone, texts: Sequence[str], prefix, batch_size, progress, want_tokens):
+def _encode_all(
+    backbone: Backbone, texts: Sequence[str], prefix, batch_size, progress, want_tokens, token_ids=None
+):
     """Every distinct caption encoded; returns (captions, pooled (U, D) by position in ids, tokens by position)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    captions = CaptionIds(backbone, texts, prefix)
+    captions = CaptionIds(backbone, texts, prefix, token_ids)
     # On the CPU the model and the tokenizer would share the same cores: no thread there.
     background = backbone.device.type != "cpu"
     with gc_paused(), progress_bar(len(captions.strings), "captions", progress) as bar:
@@ -267,16 +278,35 @@ def encode_texts(
     prefix: str | None = None,
     batch_size: int = BATCH_SIZE,
     progress: bool | None = None,
+    token_ids: Mapping[str, tuple[tuple[int, ...], bool]] | None = None,
 ) -> torch.Tensor:
     """Embed captions (the prompt ``prefix`` joined in front); each distinct caption is encoded once.
+
+    Args:
+        token_ids: ids already made for some of the texts as the model reads them (prefix joined), by text, each
+            with whether it was cut to the context length (``tokenize_known``: the corpus engine's workers make
+            them); the batches, and so the embeddings, are those of tokenising here.
 
     Returns:
         torch.Tensor: (N, D) float32 on the CPU, L2-normalised, in input order.
     """
     if len(texts) == 0:
         return torch.zeros(0, backbone.embed_dim)
-    captions, pooled, _ = _encode_all(backbone, texts, prefix, batch_size, progress, want_tokens=False)
+    captions, pooled, _ = _encode_all(backbone, texts, prefix, batch_size, progress, False, token_ids)
     return pooled[captions.inverse]
+
+
+def tokenize_known(
+    backbone: Backbone, texts: Sequence[str], prefix: str | None
+) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """``token_ids`` for ``encode_texts``: each distinct text's ids as ``backbone`` reads it with ``prefix`` joined,
+    keyed by the joined text, and whether it was cut to the context length."""
+    joined = list(dict.fromkeys(with_prefix(t, prefix) for t in texts))
+    encoded, cut_rows = tokenize_texts_cut(backbone, joined)
+    cut = set(cut_rows)
+    return {
+        text: (tuple(ids), row in cut) for row, (text, ids) in enumerate(zip(joined, encoded, strict=True))
+    }
 
 
 def encode_text_tokens(

@@ -257,6 +257,14 @@ def clear_word_cache(tokenizer) -> None:
 def tokenize_captions(
     tokenizer, texts: list[str], context_length: int, special_text: str = "openai"
 ) -> tuple[list[list[int]], int]:
+    """``tokenize_captions_cut``'s ids and how many of the texts were cut to the context length."""
+    encoded, cut_rows = tokenize_captions_cut(tokenizer, texts, context_length, special_text)
+    return encoded, len(cut_rows)
+
+
+def tokenize_captions_cut(
+    tokenizer, texts: list[str], context_length: int, special_text: str = "openai"
+) -> tuple[list[list[int]], list[int]]:
     """Token ids with start- and end-of-text, truncated as the authors truncate.
 
     Args:
@@ -268,7 +276,7 @@ def tokenize_captions(
             ``<end_of_text>`` are, OpenAI's spellings plain text (open_clip's ``SimpleTokenizer``: OpenCLIP files).
 
     Returns:
-        (ids, n_truncated): one id list per text, none longer than ``context_length``; how many were cut.
+        (ids, cut_rows): one id list per text, none longer than ``context_length``; the rows that were cut.
 
     Raises:
         ValueError: an unknown ``special_text``.
@@ -294,11 +302,11 @@ def tokenize_captions(
         for row, ids in zip(other_rows, fast.encode_cleaned(other, special_text), strict=True):
             encoded[row] = ids
     eos = tokenizer.eos_token_id
-    n_truncated = 0
+    cut_rows = []
     for row, ids in enumerate(encoded):
         if len(ids) > context_length:
             ids = ids[:context_length]
             ids[-1] = eos
             encoded[row] = ids
-            n_truncated += 1
-    return encoded, n_truncated
+            cut_rows.append(row)
+    return encoded, cut_rows

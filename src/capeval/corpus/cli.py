@@ -72,6 +72,12 @@ def add_corpus_arguments(parser) -> None:
         "--save-embeddings", action="store_true", help="also write float16 image and caption embeddings"
     )
     group.add_argument(
+        "--no-raw-cosine",
+        action="store_true",
+        help="leave out the raw_cosine column (the plain cosine LAION's and DataComp's thresholds apply to; with a "
+        "metric's prompt it costs a second text forward pass per caption)",
+    )
+    group.add_argument(
         "--resharder-subset",
         action="store_true",
         help="also write OUTPUT/kept_uids.npy: the kept rows' img2dataset uids for DataComp's resharder.py "
@@ -144,6 +150,7 @@ def corpus_command(args) -> int:
         checkpoint=args.checkpoint,
         allow_pipe=True,  # the command line's own source argument: the user typed the command
         image_root=args.image_root,
+        raw_cosine=not args.no_raw_cosine,
     )
     from capeval.corpus.distributed import process_state
 

@@ -131,7 +131,13 @@ def execute_locally(
     counts = {"rows": 0}
     bar = _progress_bar(plan.progress, len(pending))
     batches = read_batches(
-        pending, plan.columns, plan.batch_size, scorer.image_size, workers, plan.corpus.streamed
+        pending,
+        plan.columns,
+        plan.batch_size,
+        scorer.image_size,
+        workers,
+        plan.corpus.streamed,
+        scorer.tokenize,
     )
     with (
         _torch_threads(device, workers, processes) as set_threads,

@@ -178,8 +178,10 @@ def _to_ray(prepared: dict[str, Any]) -> dict[str, Any]:
 class ScoreActor:
     """Actor: the metrics' models, loaded once, scoring prepared batches (``RowScorer.score``)."""
 
-    def __init__(self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool) -> None:
-        self.scorer = RowScorer(metrics, options, embeddings=embeddings)
+    def __init__(
+        self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool, raw_cosine: bool = True
+    ) -> None:
+        self.scorer = RowScorer(metrics, options, embeddings=embeddings, raw_cosine=raw_cosine)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         # Ray cuts the actors' batches across shards: a shard's marker may share a batch with other shards' rows,
@@ -263,7 +265,11 @@ def run_on_ray(
     }
     with _data_context(ray, batch_bytes(batch_size, image_size), pool.size):
         ds = _read_stage(ray, shards, reads)
-        constructor = {"metrics": list(metrics), "embeddings": embeddings}
+        constructor = {
+            "metrics": list(metrics),
+            "embeddings": embeddings,
+            "raw_cosine": "raw_cosine" in score_columns,
+        }
         ds = _score_stage(ray, ds, actor_class, constructor, pool, batch_size)
         try:
             by_name = {shard.name: shard for shard in shards}

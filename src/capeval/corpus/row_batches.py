@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -78,6 +79,7 @@ def read_batches(
     image_size: int,
     workers: int = 0,
     streamed: bool = False,
+    tokenize: Callable[[dict], dict] | None = None,
 ) -> Iterator[ShardBatch | ShardDone]:
     """Every shard's prepared batches, then its ``ShardDone``; shards overlap when ``workers`` read them.
 
@@ -88,16 +90,32 @@ def read_batches(
         image_size: the backbone's input size (``Backbone.image_size``).
         workers: processes reading and decoding (0: this process, in order).
         streamed: the shards are a streamed dataset's, read in order here whatever ``workers`` says.
+        tokenize: called on each prepared batch where it is prepared; its result is the batch's ``token_ids``
+            (``RowScorer.tokenize``: the captions' token ids, so that the scoring process does not tokenise).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
+    prepare = _preparer(image_size, tokenize)
     if workers == 0 or streamed or not shards:
-        yield from _read_here(shards, columns, batch_size, image_size, streamed)
+        yield from _read_here(shards, columns, batch_size, image_size, streamed, prepare)
         return
-    with _Workers(shards, columns, batch_size, image_size, workers) as pool:
+    with _Workers(shards, columns, batch_size, image_size, workers, prepare) as pool:
         yield from pool.run()
+
+
+def _preparer(image_size: int, tokenize: Callable[[dict], dict] | None) -> Callable[[list, np.ndarray], dict]:
+    """What is done with each batch of rows where it is read: ``prepare_rows`` into the given pixels, then
+    ``tokenize``."""
+
+    def prepare(rows: list, out: np.ndarray) -> dict:
+        prepared = prepare_rows(rows, image_size, out=out)
+        if tokenize is not None:
+            prepared["token_ids"] = tokenize(prepared)
+        return prepared
+
+    return prepare
 
 
 def _cut(rows: Iterator[Any], batch_size: int) -> Iterator[list[Any]]:
@@ -105,7 +123,9 @@ def _cut(rows: Iterator[Any], batch_size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def _read_here(shards, columns, batch_size, image_size, streamed) -> Iterator[ShardBatch | ShardDone]:
+def _read_here(
+    shards, columns, batch_size, image_size, streamed, prepare
+) -> Iterator[ShardBatch | ShardDone]:
     """The shards read in this process, one after another, each batch prepared into one reused buffer (the caller
     scores it before asking for the next)."""
     buffer = np.empty((batch_size, int(image_size), int(image_size), 3), np.uint8)
@@ -116,7 +136,7 @@ def _read_here(shards, columns, batch_size, image_size, streamed) -> Iterator[Sh
         number = count = 0
         try:
             for rows in _cut(stream.rows, batch_size):
-                yield ShardBatch(position, number, prepare_rows(rows, image_size, out=buffer[: len(rows)]))
+                yield ShardBatch(position, number, prepare(rows, buffer[: len(rows)]))
                 number, count = number + 1, count + len(rows)
         except ShardReadError as err:  # part-way: none of its rows is kept
             yield ShardDone(position, failure=str(err))
@@ -133,7 +153,7 @@ def _work(
     shards,
     columns,
     batch_size: int,
-    image_size: int,
+    prepare: Callable[[list, np.ndarray], dict],
     slots: list[np.ndarray],
     free: list[int],
 ) -> None:
@@ -144,6 +164,8 @@ def _work(
     ``("end", position, part, attempt, batches, rows, late_errors, failure)``.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the scoring process stops its workers itself
+    # The tokenizer's threads ran before the fork: it says so on every first use unless told to run without.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     free = list(free)
 
     def take_slot() -> int | None:
@@ -171,7 +193,7 @@ def _work(
                     slot = take_slot()
                     if slot is None:
                         return
-                    prepared = prepare_rows(rows, image_size, out=slots[slot][: len(rows)])
+                    prepared = prepare(rows, slots[slot][: len(rows)])
                     prepared.pop("pixels")
                     results.send(("batch", position, part, attempt, number, slot, prepared))
                 number, count = number + 1, count + len(rows)
@@ -204,8 +226,8 @@ class _Worker:
 class _Workers:
     """The worker processes of one call of ``read_batches``, their slots, and the bookkeeping of shard parts."""
 
-    def __init__(self, shards, columns, batch_size: int, image_size: int, workers: int) -> None:
-        self.shards, self.columns = shards, columns
+    def __init__(self, shards, columns, batch_size: int, image_size: int, workers: int, prepare) -> None:
+        self.shards, self.columns, self.prepare = shards, columns, prepare
         self.batch_size, self.image_size = batch_size, int(image_size)
         # With fewer shards than workers, each shard is read by several, each preparing every parts-th batch.
         self.parts = max(1, workers // len(shards))
@@ -244,7 +266,7 @@ class _Workers:
         free = [s for s in range(SLOTS_PER_WORKER) if s not in worker.held]
         worker.process = self.context.Process(
             target=_work,
-            args=(commands_out, results_in, self.shards, self.columns, self.batch_size, self.image_size,
+            args=(commands_out, results_in, self.shards, self.columns, self.batch_size, self.prepare,
                   self.slots[worker.index], free),
             daemon=True,
         )  # fmt: skip

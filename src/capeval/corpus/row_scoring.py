@@ -127,6 +127,17 @@ def per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
     return fields
 
 
+def _text_encoder(scorer, token_ids):
+    """``scorer``'s own caption encoding (its model, prompt and batch size), taking the ids already made."""
+    from capeval.clip.text_encoding import encode_texts
+
+    def encode(texts):
+        options = {"prefix": scorer.prefix, "batch_size": scorer.batch_size, "progress": False}
+        return encode_texts(scorer.backbone, texts, token_ids=token_ids, **options)
+
+    return encode
+
+
 class RowScorer:
     """The asked metrics, built once (one backbone load per model), scoring prepared batches.
 
@@ -135,9 +146,16 @@ class RowScorer:
         options: metric options (``model``, ``device``, ``dtype``, ``prefix``, ``w``, ``checkpoint``);
             each metric gets those it takes.
         embeddings: also return ``image_embedding`` and ``text_embedding`` (float16) of the first metric.
+        raw_cosine: write the ``raw_cosine`` column (with a prompt, a second text forward pass per caption).
     """
 
-    def __init__(self, metrics: Sequence[str], options: dict[str, Any], embeddings: bool = False) -> None:
+    def __init__(
+        self,
+        metrics: Sequence[str],
+        options: dict[str, Any],
+        embeddings: bool = False,
+        raw_cosine: bool = True,
+    ) -> None:
         from capeval.registry import build_scorer, spec
 
         self.metrics = check_row_metrics(metrics)
@@ -149,6 +167,7 @@ class RowScorer:
             taken = spec(name).run_options({**options, "progress": False})
             self.scorers[name] = build_scorer(name, **taken)
         self.embeddings = embeddings
+        self.raw_cosine = raw_cosine
         first = self.scorers[self.metrics[0]]
         self.image_size = first.backbone.image_size
         sizes = {s.backbone.image_size for s in self.scorers.values()}
@@ -167,7 +186,36 @@ class RowScorer:
         names: list[str] = []
         for name in self.metrics:
             names += [name, *self._row_columns[name]]
-        return [*dict.fromkeys(names), "raw_cosine"]
+        return [*dict.fromkeys(names), *(["raw_cosine"] if self.raw_cosine else [])]
+
+    def _token_plan(self) -> dict[tuple[int, str], tuple[Any, str, bool]]:
+        """Each model and prompt the batch's texts are encoded with: ``(model's id, prompt) -> (backbone, prompt,
+        whether references are encoded with it too)``; ``raw_cosine``'s (no prompt) among them."""
+        plan: dict[tuple[int, str], tuple[Any, str, bool]] = {}
+        for name in self.metrics:
+            scorer = self.scorers[name]
+            key = (id(scorer.backbone), scorer.prefix)
+            reads = name in self.reads_references or (key in plan and plan[key][2])
+            plan[key] = (scorer.backbone, scorer.prefix, reads)
+        first = self.scorers[self.metrics[0]]
+        if self.raw_cosine and first.prefix:
+            plan.setdefault((id(first.backbone), ""), (first.backbone, "", False))
+        return plan
+
+    def tokenize(self, batch: dict[str, Any]) -> dict[tuple[int, str], dict]:
+        """The token ids of a prepared batch's captions (and references, for the prompts a metric reads them with),
+        per model and prompt (``text_encoding.tokenize_known``): made where the batch is prepared (the corpus
+        engine's workers), so the scoring process tokenises nothing. ``score`` takes them as ``batch["token_ids"]``;
+        without them it tokenises itself, to the same ids."""
+        from capeval.clip.text_encoding import tokenize_known
+
+        live = [i for i, error in enumerate(batch["error"]) if error is None]
+        captions = [batch["caption"][i] for i in live]
+        references = [r for i in live for r in (batch["references"][i] or [])]
+        return {
+            key: tokenize_known(backbone, captions + references if reads else captions, prefix)
+            for key, (backbone, prefix, reads) in self._token_plan().items()
+        }
 
     def _optional_columns(self) -> set[str]:
         """Columns a row may lack (NaN) without error: those a metric writes only for rows with references."""
@@ -229,7 +277,7 @@ class RowScorer:
             pixels = batch["pixels"] if len(live) == len(batch["key"]) else batch["pixels"][live]
             if (
                 not pixels.flags.writeable
-            ):  # Ray's object store hands out read-only arrays, which torch warns of
+            ):  # Ray's object store hands out read-only arrays: torch warns of them
                 pixels = pixels.copy()
             emb = encode_pixels(backbone, torch.from_numpy(pixels), batch_size=max(1, len(live)))
             images[id(backbone)] = dict(zip(live, emb, strict=True))
@@ -248,7 +296,10 @@ class RowScorer:
             references = refs if name in self.reads_references and all(refs) else None
             captions, references = scorer.checked_inputs([batch["caption"][i] for i in group], references)
             # Encode once, score from the embeddings (the same captions' embeddings are the ones saved).
-            caption_emb, reference_emb = scorer.caption_and_reference_embeddings(captions, references)
+            known = batch.get("token_ids", {}).get((id(backbone), scorer.prefix))
+            caption_emb, reference_emb = scorer.caption_and_reference_embeddings(
+                captions, references, encode_texts=_text_encoder(scorer, known)
+            )
             result = scorer.score_embeddings(vectors, caption_emb, reference_emb)
             for field, values in per_row_fields(name, result, len(group)).items():
                 if field in columns:
@@ -265,14 +316,17 @@ class RowScorer:
         from capeval.scores import raw_cosine
 
         rows = [i for i in rows if i in first_texts]
-        if not rows:
+        if not rows or not self.raw_cosine:
             return
         first = self.scorers[self.metrics[0]]
         if not first.prefix:
             texts = torch.stack([first_texts[i] for i in rows])
         else:
             captions = [batch["caption"][i] for i in rows]
-            texts = encode_texts(first.backbone, captions, prefix="", batch_size=len(rows), progress=False)
+            known = batch.get("token_ids", {}).get((id(first.backbone), ""))
+            texts = encode_texts(
+                first.backbone, captions, prefix="", batch_size=len(rows), progress=False, token_ids=known
+            )
         image = torch.stack([images[id(first.backbone)][i] for i in rows])
         columns["raw_cosine"][rows] = raw_cosine(image, texts.to(image.device)).cpu().numpy()
 

@@ -73,6 +73,7 @@ def score_corpus(
     checkpoint: str | os.PathLike | None = None,
     allow_pipe: bool = False,
     image_root: str | os.PathLike | None = None,
+    raw_cosine: bool = True,
 ) -> CorpusResult:
     """Score every row of a corpus; rerunning with the same ``output_dir`` resumes (see the module docstring).
 
@@ -102,6 +103,8 @@ def score_corpus(
         image_root: the folder rows may read the images they name by path in (JSONL, CSV, Parquet, ``datasets``
             rows, image folders). Unset, a row reads only inside its data file's folder (an absolute path, ``..`` or
             a link leading out of it is an error row) and a source without a folder reads no path.
+        raw_cosine: write the ``raw_cosine`` column (the plain cosine LAION's and DataComp's thresholds apply to);
+            with a metric's prompt it costs a second text forward pass per caption.
 
     Returns:
         CorpusResult: the folders and the summary (identical in every process of a launch).
@@ -119,7 +122,11 @@ def score_corpus(
                                              "references": references_column, "id": id_column})  # fmt: skip
     state = _process_state(executor, device, options)
     embeddings = save_embeddings or embedding_layout
-    scorer = RowScorer(names, _driver_options(options, executor), embeddings=embeddings)
+    if not isinstance(raw_cosine, bool):
+        raise TypeError(f"raw_cosine must be True or False, got {type(raw_cosine).__name__} {raw_cosine!r}")
+    scorer = RowScorer(
+        names, _driver_options(options, executor), embeddings=embeddings, raw_cosine=raw_cosine
+    )
     plan = RunPlan(
         corpus=corpus, executor=executor, columns=columns, chunk_size=chunk_size, batch_size=batch_size,
         embeddings=embeddings, key_metric=_threshold_column(scorer, threshold_key),

@@ -48,7 +48,7 @@ class RunPlan:
 
     def manifest(self, scorer: RowScorer) -> dict[str, Any]:
         """The run's ``run.json``: what a resumed run must share (format, metrics and their signatures, the
-        source, the fields read, the shard size of a row source, whether embeddings are written)."""
+        source, the fields read, the shard size of a row source, whether embeddings are written, the score columns)."""
         return {
             "format": FORMAT,
             "metrics": scorer.metrics,
@@ -57,6 +57,7 @@ class RunPlan:
             "columns": self.columns,
             "chunk_size": self.chunk_size,
             "embeddings": self.embeddings,
+            "columns_scored": scorer.columns(),
         }
 
 

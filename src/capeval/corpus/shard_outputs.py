@@ -153,7 +153,9 @@ def write_shard_output(
     }
     table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(footer))
     path = output_path(output_dir, shard_name)
-    return write_atomically(path, lambda fh: pq.write_table(table, fh), "wb", inside=Path(output_dir))
+    return write_atomically(
+        path, lambda fh: pq.write_table(table, fh), "wb", inside=Path(output_dir), sync=False
+    )
 
 
 def _with_errors(
