@@ -349,3 +349,18 @@ def test_an_image_dict_with_a_str_under_bytes_is_a_type_error_naming_the_index(t
         TypeError, match="image 1: the 'bytes' of a datasets Image dict must be bytes .* got str"
     ):
         scorer(PREDICTIONS, images=[image, {"bytes": "iVBORw0KGgo=", "path": None}])
+
+
+def test_an_rgb_array_already_at_the_input_size_comes_out_as_pil_would_give_it_without_pil():
+    from capeval.clip import images as image_module
+
+    rng = np.random.default_rng(3)
+    for size in (32, 224):
+        array = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        through_pil = image_module.resize_and_crop(image_module.load_image(array, 0), size)
+        fast = image_module.preprocess_image(array, 0, size)
+        np.testing.assert_array_equal(fast, through_pil)
+        assert fast.flags.c_contiguous
+    # Another size, or another dtype, still goes through PIL's resize and conversion.
+    small = rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    assert image_module.preprocess_image(small, 0, 32).shape == (32, 32, 3)

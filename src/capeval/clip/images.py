@@ -434,8 +434,17 @@ def preprocess_image(image: ImageInput, index: int, size: int) -> np.ndarray:
     """Read and geometrically transform one input: (size, size, 3) uint8, ready for ``normalize_pixels``.
 
     ``size`` is a plain int for OpenAI CLIP's geometry, or a ``ProcessorGeometry`` (``Backbone.image_size`` of
-    the other families) for their image processor's.
+    the other families) for their image processor's. An RGB uint8 array already ``size`` x ``size`` is that
+    geometry's own output (no resize, a crop of the whole, RGB as it is): it is returned as it is, not sent through
+    PIL again.
     """
+    if (
+        type(size) is int
+        and isinstance(image, np.ndarray)
+        and image.dtype == np.uint8
+        and image.shape == (size, size, 3)
+    ):
+        return np.ascontiguousarray(image)
     img = load_image(image, index)
     try:
         return resize_and_crop(img, size)
