@@ -67,7 +67,26 @@ def run_with_backoff(
         start += len(chunk)
 
 
+class _NoBar:
+    """What ``progress_bar`` gives when no bar is wanted: its counter and nothing else (a disabled tqdm still costs
+    its construction, every batch the corpus engine scores)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.n = total, 0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
 def progress_bar(total: int, desc: str, progress: bool | None):
+    if progress is False:
+        return _NoBar(total)
     from tqdm.auto import tqdm
 
     # None: a bar only on a terminal and only for work worth watching.

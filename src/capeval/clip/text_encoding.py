@@ -14,6 +14,7 @@ threads), so ``capeval.corpus.distributed`` deals out exactly the batches a sing
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -186,11 +187,13 @@ def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     """Token ids padded to the longest in the batch, and the attention mask: (B, L) long each."""
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     longest = int(lengths.max())
+    filled = np.arange(longest)[None, :] < lengths[:, None]
     input_ids = np.full((len(ids), longest), pad_id, dtype=np.int64)
-    for row, x in enumerate(ids):
-        input_ids[row, : len(x)] = x
-    mask = (np.arange(longest)[None, :] < lengths[:, None]).astype(np.int64)
-    return torch.from_numpy(input_ids), torch.from_numpy(mask)
+    # Row by row, left to right: the order the flattened ids come in.
+    input_ids[filled] = np.fromiter(
+        itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum())
+    )
+    return torch.from_numpy(input_ids), torch.from_numpy(filled.astype(np.int64))
 
 
 @torch.inference_mode()

@@ -38,15 +38,24 @@ from capeval.corpus.shard_outputs import (
 @contextlib.contextmanager
 def _torch_threads(device, workers: int, processes: int) -> Iterator[Callable[[], None]]:
     """On the CPU, a function setting torch's threads before each shard (``cpu_share.torch_threads``: the cores
-    left by the decoding workers and by other processes over the last shard); torch's own count restored after.
-    Elsewhere (a GPU), or where the user pinned the threads (``OMP_NUM_THREADS``), it does nothing. In a launch of
-    several processes the other processes' load is not watched: it is the launch's own."""
+    left by the decoding workers and by other processes over the last shard); beside a GPU, one thread for the whole
+    run; torch's own count restored after. Where the user pinned the threads (``OMP_NUM_THREADS``), nothing is set.
+    In a launch of several processes the other processes' load is not watched: it is the launch's own."""
     import torch
 
-    if device.type != "cpu" or threads_pinned():
+    if threads_pinned():
         yield lambda: None
         return
     before = torch.get_num_threads()
+    if device.type != "cpu":
+        # The model runs on the accelerator; what runs here on the CPU per batch (the scores' maths on a (B, D)
+        # matrix) is too small to share out, and torch's threads spinning after it took the decoding workers' cores.
+        torch.set_num_threads(1)
+        try:
+            yield lambda: None
+        finally:
+            torch.set_num_threads(before)
+        return
     load = CoreLoad(_children) if processes == 1 else None
     started = time.monotonic()
     first = True

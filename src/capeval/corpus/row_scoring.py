@@ -334,7 +334,11 @@ class RowScorer:
         """A row whose score came out NaN or infinite (a model that overflows) is an error row; every column of an
         error row is NaN."""
         optional = self._optional_columns()
-        for i in live:
+        # Which rows hold a value that is not finite, found for every row at once; the rows are then named one by one.
+        flagged = np.zeros(len(errors), dtype=bool)
+        for c, v in columns.items():
+            flagged |= ~np.isfinite(v) & ~np.isnan(v) if c in optional else ~np.isfinite(v)
+        for i in (i for i in live if flagged[i]):
             bad = {
                 c: float(v[i])
                 for c, v in columns.items()
