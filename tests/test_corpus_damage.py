@@ -73,16 +73,16 @@ def test_a_damaged_manifest_is_refused_naming_run_json(finished_run, tmp_path):
 def test_a_model_that_overflows_gives_error_rows_not_a_nan_corpus_score(finished_run, tmp_path, monkeypatch):
     import torch
 
-    import capeval.clipscore as clipscore
+    import capeval.clip.text_encoding as text_encoding
 
     corpus, _, options, _ = finished_run
-    real = clipscore.encode_texts
+    real = text_encoding.encode_texts
 
     def overflowing(backbone, texts, **kwargs):
         emb = real(backbone, texts, **kwargs)
         return torch.where(torch.arange(len(texts))[:, None] % 2 == 0, torch.full_like(emb, math.nan), emb)
 
-    monkeypatch.setattr(clipscore, "encode_texts", overflowing)
+    monkeypatch.setattr(text_encoding, "encode_texts", overflowing)
     result = score_corpus(corpus, tmp_path / "out", **options, save_embeddings=True)
     rows = read_scores(tmp_path / "out")
     bad = [r for r in rows if "non-finite score" in (r["error"] or "")]

@@ -369,7 +369,11 @@ def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
         chunk_size=8, batch_size=4, embeddings=True, key_metric="clipscore", cut={}, num_workers=None,
         progress=False, ray={}, exports={},
     )  # fmt: skip
-    scorer = SimpleNamespace(metrics=["clipscore"], signatures={"clipscore": "clipscore|model=m"})
+    scorer = SimpleNamespace(
+        metrics=["clipscore"],
+        signatures={"clipscore": "clipscore|model=m"},
+        columns=lambda: ["clipscore", "clip_s"],
+    )
     assert plan.manifest(scorer) == {
         "format": FORMAT,
         "metrics": ["clipscore"],
@@ -378,6 +382,7 @@ def test_run_manifest_records_what_a_resumed_run_must_share(tmp_path):
         "columns": {"caption": "txt", "image": "jpg"},
         "chunk_size": 8,
         "embeddings": True,
+        "columns_scored": ["clipscore", "clip_s"],
     }
 
 

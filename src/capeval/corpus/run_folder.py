@@ -39,7 +39,9 @@ def check_manifest(output: Path, manifest: dict) -> None:
                 f"{output} holds cannot be checked; choose another output folder, or empty this one to start afresh"
             )
         if previous != manifest:
-            changed = sorted(k for k in set(previous) | set(manifest) if previous.get(k) != manifest.get(k))
+            # in the manifest's own order: what a person changes (metrics, source) before what follows from it
+            keys = list(manifest) + [k for k in previous if k not in manifest]
+            changed = [k for k in keys if previous.get(k) != manifest.get(k)]
             shown = "; ".join(
                 f"{k}: {previous.get(k)!r:.200} there, {manifest.get(k)!r:.200} now" for k in changed
             )
