@@ -350,7 +350,7 @@ def test_cli_list_and_published_and_the_parser_hook(capsys):
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_bench_parser(parser.add_subparsers(dest="command"))
+    add_bench_parser(parser.add_subparsers(dest="command"), "reproduce human-agreement tables")
     args = parser.parse_args(["bench", "published", "foil"])
     assert args.func(args) == 0
     assert "hessel2021_t5" in capsys.readouterr().out

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from importlib import import_module
 
 
-def lazy_exports(package: str, table: dict[str, str], namespace: dict) -> tuple[Callable, Callable]:
+def lazy_exports(
+    package: str, table: dict[str, str], namespace: dict, requires: tuple[str, str] | None = None
+) -> tuple[Callable, Callable]:
     """``__getattr__`` and ``__dir__`` for a package whose public names live in ``table``.
 
     ``__getattr__`` imports a public name from its module on first use, then a sub-module or sub-package of that
@@ -20,6 +22,8 @@ def lazy_exports(package: str, table: dict[str, str], namespace: dict) -> tuple[
         package: the package's ``__name__``.
         table: public name -> ``"module"`` (the attribute of the same name) or ``"module:attribute"``.
         namespace: the package's ``globals()``, where each name is stored once imported.
+        requires: ``(extra, what)``: the extra whose libraries the package's names need
+            (``capeval.diagnostics.extras``), checked before any is imported, so a missing one is named.
 
     Returns:
         ``(__getattr__, __dir__)`` to assign at the package's top level.
@@ -27,6 +31,10 @@ def lazy_exports(package: str, table: dict[str, str], namespace: dict) -> tuple[
 
     def __getattr__(name: str):
         if name in table:
+            if requires is not None:
+                from capeval.diagnostics.extras import require_extra
+
+                require_extra(*requires)
             module, _, attribute = table[name].partition(":")
             value = getattr(import_module(module), attribute or name)
             namespace[name] = value  # later lookups skip this function

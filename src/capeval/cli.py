@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -131,12 +132,12 @@ def _install_modules_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_install_modules_parser(sub) -> None:
+def _add_install_modules_parser(sub, help: str) -> None:
     from capeval.registry import METRICS
 
     install = sub.add_parser(
         "install-modules",
-        help='make evaluate.load("<name>") work by bare name from any directory (evaluate\'s module cache)',
+        help=help,
         description=_INSTALL_MODULES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -159,34 +160,77 @@ def _confidence(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each subcommand's one-line help, shown by `capeval --help`; its own arguments are built only when it is the
+# command given (its module imports what the task needs: torch for score and corpus, scipy for compare).
+SUBCOMMANDS = {
+    "score": "score captions of one or more systems against their images and references",
+    "corpus": "score every row of a corpus (JSONL, image folder, datasets, WebDataset or Parquet shards), resumably, "
+    "and keep the best",
+    "compare": "is the difference real? paired permutation / bootstrap test of two systems on the same images",
+    "install-modules": 'make evaluate.load("<name>") work by bare name from any directory (evaluate\'s module cache)',
+    "bench": "reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
+}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``capeval`` command, one subcommand per task: ``score``, ``corpus``, ``compare``, ``install-modules``
-    and ``bench``."""
+    and ``bench``.
+
+    Args:
+        argv: the arguments to be parsed: only the subcommand they name gets its arguments (the others are listed
+            by name and help, so ``capeval --help`` and ``capeval corpus ...`` import nothing of the other tasks);
+            None: every subcommand in full.
+    """
     from capeval import __version__
 
     parser = argparse.ArgumentParser(prog="capeval", description="Caption-evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_score_parser(sub)
-    _add_corpus_parser(sub)
-    from capeval.bench.compare_cli import add_compare_parser
-
-    add_compare_parser(sub)
-    _add_install_modules_parser(sub)
-    try:
-        from capeval.bench.cli import add_bench_parser
-    except ImportError:
-        pass
-    else:
-        add_bench_parser(sub)
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    adders = {
+        "score": _add_score_parser,
+        "corpus": _add_corpus_parser,
+        "compare": _add_compare_parser,
+        "install-modules": _add_install_modules_parser,
+        "bench": _add_bench_parser,
+    }
+    for name, add in adders.items():
+        if chosen is None or chosen == name:
+            add(sub, SUBCOMMANDS[name])
+        else:
+            sub.add_parser(name, help=SUBCOMMANDS[name])
     return parser
 
 
-def _add_score_parser(sub) -> None:
+def _add_compare_parser(sub, help: str) -> None:
+    from capeval.bench.compare_cli import add_compare_parser
+
+    add_compare_parser(sub, help)
+
+
+def _add_bench_parser(sub, help: str) -> None:
+    try:
+        from capeval.bench.cli import add_bench_parser
+    except ImportError as err:  # its libraries missing: the command says which extra installs them
+        from capeval.diagnostics.extras import MissingExtraError
+
+        reason = str(err)
+
+        def refuse(args) -> int:
+            raise MissingExtraError(
+                f'capeval bench needs capeval[bench]: pip install "capeval[bench]" ({reason})'
+            )
+
+        sub.add_parser("bench", help=help).set_defaults(func=refuse)
+    else:
+        add_bench_parser(sub, help)
+
+
+def _add_score_parser(sub, help: str) -> None:
     """``capeval score``: caption files of one or more systems against images and references."""
     score = sub.add_parser(
         "score",
-        help="score captions of one or more systems against their images and references",
+        help=help,
         description=(
             "Score candidate captions (one file per system: {image_id: caption} or a COCO results list) against "
             "a folder of images (<id>.<ext>, COCO_val2014_%%012d.jpg, %%012d.jpg) and references "
@@ -228,20 +272,21 @@ def _add_score_parser(sub) -> None:
     score.set_defaults(func=_score_command)
 
 
-def _add_corpus_parser(sub) -> None:
+def _add_corpus_parser(sub, help: str) -> None:
     """``capeval corpus SOURCE --output DIR``: every row of a corpus scored, resumably, and filtered."""
     from capeval.corpus.cli import add_corpus_arguments
 
     corpus = sub.add_parser(
         "corpus",
-        help="score every row of a corpus (JSONL, image folder, datasets, WebDataset or Parquet shards), "
-        "resumably, and keep the best",
+        help=help,
         description=(
             "Score every row of a corpus with per-row image metrics and write the scores, a summary and, with "
             "--threshold or --top-fraction, the kept rows. Rerun with the same --output to resume."
         ),
     )
-    add_metric_options(corpus, vectors=False)
+    from capeval.registry import row_image_metrics
+
+    add_metric_options(corpus, vectors=False, metrics=row_image_metrics())
     add_corpus_arguments(corpus)
 
 
@@ -267,13 +312,14 @@ def _add_comparison_arguments(score) -> None:
     compare.add_argument("--correction", default="none", choices=["none", "holm"], help="across systems")
 
 
-def declared_defaults(option: str) -> str:
+def declared_defaults(option: str, metrics: Iterable[str] | None = None) -> str:
     """The defaults the metrics declare for ``option``, in words (``"2.5: clipscore, refclipscore; 2.0:
-    pacscore"``), for a flag's help."""
-    from capeval.registry import specs
+    pacscore"``), for a flag's help; ``metrics``: those of a command (default: every metric)."""
+    from capeval.registry import spec, specs
 
     by_value: dict[str, list[str]] = {}
-    for name, declared in specs().items():
+    declarations = specs().items() if metrics is None else ((name, spec(name)) for name in metrics)
+    for name, declared in declarations:
         if option in declared.option_names():
             by_value.setdefault(repr(declared.option(option).default), []).append(name)
     return "; ".join(f"{value}: {', '.join(names)}" for value, names in by_value.items())
@@ -283,9 +329,10 @@ def declared_defaults(option: str) -> str:
 RUN_OPTIONS = ("model", "checkpoint", "vectors", "device", "dtype", "batch_size", "prefix", "w")
 
 
-def add_metric_options(parser, vectors: bool = True) -> None:
+def add_metric_options(parser, vectors: bool = True, metrics: Iterable[str] | None = None) -> None:
     """The flags of ``RUN_OPTIONS``, checked by the rule every path uses, their defaults the metrics' own
-    (``vectors=False``: no ``--vectors``, for commands whose metrics read no word vectors)."""
+    (``vectors=False``: no ``--vectors``, for commands whose metrics read no word vectors; ``metrics``: the ones a
+    command scores with, whose declarations give the defaults shown)."""
     from capeval.clip.backbones import DEFAULT_MODEL
     from capeval.clip.batching import BATCH_SIZE
     from capeval.validation import MAX_W, check_count, check_weight, cli_type
@@ -319,19 +366,21 @@ def add_metric_options(parser, vectors: bool = True) -> None:
         "--w",
         type=cli_type("w", float, check_weight),
         default=None,
-        help=f"rescaling weight, a number > 0 and <= {MAX_W:g} (default {declared_defaults('w')})",
+        help=f"rescaling weight, a number > 0 and <= {MAX_W:g} (default {declared_defaults('w', metrics)})",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
+    from capeval.diagnostics.extras import MissingExtraError
     from capeval.diagnostics.run_warnings import summarised_warnings
 
     try:
         with summarised_warnings(one_line=True):  # each kind of warning once, at the end of the command
             return args.func(args)
-    except (ValueError, TypeError, OSError) as err:
+    except (ValueError, TypeError, OSError, MissingExtraError) as err:
         if os.environ.get("CAPEVAL_DEBUG"):
             raise
         from capeval.clip.model_sources import HubModelUnavailableError

@@ -172,37 +172,57 @@ def embeds_of(kind: str) -> str:
     return _EMBEDS[kind]
 
 
-# The modules that declare capeval's metrics (``SPECS`` in each), in the order interfaces list them.
-SPEC_MODULES = ("capeval.clipscore", "capeval.pacscore", "capeval.wembsim", "capeval.wmd", "capeval.emscore")
+# The modules that declare capeval's metrics (``SPECS`` in each) and the names each declares there, in the order
+# interfaces list them: asking for one metric imports its module alone (WMD's brings scipy and gensim, EMScore's the
+# video reader). tests/test_metric_spec.py checks each module's SPECS against these names.
+SPEC_MODULES: dict[str, tuple[str, ...]] = {
+    "capeval.clipscore": ("clipscore", "refclipscore"),
+    "capeval.pacscore": ("pacscore",),
+    "capeval.wembsim": ("wembsim",),
+    "capeval.wmd": ("wmd",),
+    "capeval.emscore": ("emscore",),
+}
+_MODULE_OF = {name: module for module, names in SPEC_MODULES.items() for name in names}
+# The modules whose metrics read no image: lists of image metrics leave them out without importing them (they bring
+# the text libraries). tests/test_metric_spec.py checks that their metrics read no image.
+TEXT_ONLY_MODULES = ("capeval.wembsim", "capeval.wmd")
 
 _registered: dict[str, MetricSpec] = {}
 _loaded: dict[str, MetricSpec] = {}
 
 
+def _load(module: str) -> None:
+    for declared in import_module(module).SPECS:
+        _loaded[declared.name] = declared
+
+
 def specs() -> dict[str, MetricSpec]:
-    """``{name: MetricSpec}`` of every metric: capeval's in their modules' order, then those registered."""
-    if not _loaded:
-        for module in SPEC_MODULES:
-            for spec in import_module(module).SPECS:
-                _loaded[spec.name] = spec
-    return {**_loaded, **_registered}
+    """``{name: MetricSpec}`` of every metric: capeval's in their modules' order (each module imported), then those
+    registered."""
+    for module in SPEC_MODULES:
+        if any(name not in _loaded for name in SPEC_MODULES[module]):
+            _load(module)
+    return {**{name: _loaded[name] for name in _MODULE_OF}, **_registered}
 
 
 def metric_names() -> tuple[str, ...]:
-    """The metric names, in order."""
-    return tuple(specs())
+    """The metric names, in order (capeval's from the table above, no module imported; then those registered)."""
+    return (*_MODULE_OF, *_registered)
 
 
 def spec(name: str) -> MetricSpec:
-    """The declaration of ``name``.
+    """The declaration of ``name`` (its module imported, the others not).
 
     Raises:
         ValueError: an unknown name, naming the metrics there are.
     """
-    known = specs()
-    if not isinstance(name, str) or name not in known:
-        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(known)}")
-    return known[name]
+    if isinstance(name, str) and name in _registered:
+        return _registered[name]
+    if not isinstance(name, str) or name not in _MODULE_OF:
+        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(metric_names())}")
+    if name not in _loaded:
+        _load(_MODULE_OF[name])
+    return _loaded[name]
 
 
 def register(declaration: MetricSpec) -> None:
@@ -211,8 +231,7 @@ def register(declaration: MetricSpec) -> None:
     Raises:
         ValueError: the name is one of capeval's own metrics.
     """
-    specs()
-    if declaration.name in _loaded:
+    if declaration.name in _MODULE_OF:
         raise ValueError(f"{declaration.name!r} is one of capeval's metrics; give yours another name")
     _registered[declaration.name] = declaration
 
@@ -225,7 +244,10 @@ def unregister(name: str) -> None:
 def row_image_metrics() -> tuple[str, ...]:
     """Metrics that score each item from its own image and caption (and references), whatever the other items:
     the ones a corpus can be cut into shards or parts for."""
-    return tuple(name for name, s in specs().items() if s.per_item and s.needs("images"))
+    candidates = [n for m, names in SPEC_MODULES.items() if m not in TEXT_ONLY_MODULES for n in names]
+    return tuple(
+        name for name in [*candidates, *_registered] if spec(name).per_item and spec(name).needs("images")
+    )
 
 
 def metric_class(name: str) -> type:
@@ -271,12 +293,11 @@ def build_scorer(name: str, **options) -> Any:
 
 def shipped_metrics() -> tuple[str, ...]:
     """capeval's own metrics (each with its evaluate module under ``metrics/<name>/``), not those registered."""
-    specs()
-    return tuple(_loaded)
+    return tuple(_MODULE_OF)
 
 
 def __getattr__(name: str):
-    # METRICS reads the declarations, which import the metric modules (and torch): only when asked for.
+    # METRICS is the names of the table above: no metric module is imported for it.
     if name == "METRICS":
         return shipped_metrics()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from capeval.diagnostics.extras import require_extra
 from capeval.registry import MetricSpec, Option, Output
 from capeval.scores import WEMBSIM_ABSOLUTE_COSINE, reduce_over_references, reference_cosines
 from capeval.signature import build_signature
@@ -67,6 +68,7 @@ class WEmbSim:
         self.stopwords_label, self.stopwords = resolve_stopwords(stopwords)
         self.normalize_vectors = options["normalize_vectors"]
         self.tokenizer_label, self.tokenizer = resolve_tokenizer(tokenizer)
+        require_extra("text", "WEmbSim")
         self.vectors: WordVectors = load_vectors(vectors)
         warn_zero_rows(self.vectors.tag, self.vectors.zero_words, self.name)
         self.signature  # noqa: B018 - built once now: a field it refuses fails here, not after a run

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from capeval.diagnostics.extras import require_extra
 from capeval.registry import MetricSpec, Option, Output
 from capeval.signature import build_signature
 from capeval.text.documents import CaptionBatch, prepare_batch
@@ -70,6 +71,7 @@ class WMD:
         self.normalize_vectors = options["normalize_vectors"]
         self.prune = options["prune"]
         self.num_workers = options["num_workers"]
+        require_extra("text", "WMD")
         self.vectors: WordVectors = load_vectors(vectors)
         # A zero vector has no direction: normalised, it would be 0/0 (see capeval.text.vector_rows).
         self.excluded = self.vectors.zero_words if self.normalize_vectors else frozenset()

@@ -5,12 +5,12 @@
 >>> vatex_eval_correlation(my_scores, ds["human_scores"])            # doctest: +SKIP
 {'kendall': ..., 'spearman': ..., ...}
 
-Names are imported on first use so ``import capeval.bench`` stays light.
+Names are imported on first use so ``import capeval.bench`` stays light; they need ``capeval[bench]``.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+from capeval._lazy import lazy_exports
 
 _LAZY = {
     # loaders
@@ -68,13 +68,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capeval.bench' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), requires=("bench", "capeval.bench"))

@@ -41,11 +41,15 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object."""
+def add_bench_parser(
+    subparsers,
+    help: str = "reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
+) -> argparse.ArgumentParser:
+    """Add the ``bench`` command (with ``run``, ``list`` and ``published``), with its one-line ``help``, to an
+    argparse subparsers object."""
     bench = subparsers.add_parser(
         "bench",
-        help="reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
+        help=help,
         description="Measure caption metrics against human judgments the way the papers do.",
     )
     sub = bench.add_subparsers(dest="bench_command", metavar="{run,list,published}")

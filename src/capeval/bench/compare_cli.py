@@ -172,8 +172,11 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_compare_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``compare`` command to an argparse subparsers object."""
+def add_compare_parser(
+    subparsers,
+    help: str = "is the difference real? paired permutation / bootstrap test of two systems on the same images",
+) -> argparse.ArgumentParser:
+    """Add the ``compare`` command, with its one-line ``help``, to an argparse subparsers object."""
     from capeval.validation import check_count, cli_type
 
     def confidence_level(text: str) -> float:
@@ -184,7 +187,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser(
         "compare",
-        help="is the difference real? paired permutation / bootstrap test of two systems on the same images",
+        help=help,
         description=(
             "Paired significance test of two systems' corpus scores from their per-image score files "
             "(`capeval score --save-per-instance`): the difference A - B, its bootstrap confidence interval "

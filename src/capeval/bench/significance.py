@@ -35,9 +35,9 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from capeval.bench.comparison import Comparison
+from capeval.diagnostics.extras import require_extra
 
 METHODS = ("permutation", "bootstrap")
 CORRECTIONS = ("none", "holm")
@@ -150,6 +150,8 @@ def _permutation_p(d: np.ndarray, n_resamples: int, rng: np.random.Generator) ->
     Carlo error.
     """
     if 2**d.size <= n_resamples:
+        from scipy import stats
+
         result = stats.permutation_test(
             (d,), _abs_mean, permutation_type="samples", vectorized=True, n_resamples=n_resamples,
             alternative="greater", batch=_batch(d.size),
@@ -170,6 +172,8 @@ def _permutation_p(d: np.ndarray, n_resamples: int, rng: np.random.Generator) ->
 
 def _bootstrap(d: np.ndarray, n_resamples: int, confidence: float, rng: np.random.Generator):
     """scipy's percentile bootstrap of ``mean(d)``: its result (interval and resampled means)."""
+    from scipy import stats
+
     return stats.bootstrap(
         (d,),
         _mean,
@@ -283,6 +287,7 @@ def compare(
             (named by system and index), result dicts of different metrics or options, or a bad option.
         TypeError: a score that is not a number.
     """
+    require_extra("stats", "capeval.compare")
     _check_options(method, n_resamples, confidence)
     a, b, name_a, name_b = _paired_scores(scores_a, scores_b, names)
     metric = _agreed_metric(scores_a, scores_b, metric)
@@ -357,6 +362,7 @@ def compare_many(
     Returns:
         dict[str, Comparison]: one comparison per system, in the order of ``systems``.
     """
+    require_extra("stats", "capeval.compare_many")
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
     if not systems:

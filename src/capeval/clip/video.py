@@ -77,13 +77,9 @@ def _describe(video: VideoInput) -> str:
 
 
 def _import_av():
-    try:
-        import av
-    except ImportError as err:  # pragma: no cover - av is a declared extra
-        raise ImportError(
-            "decoding videos needs PyAV: pip install 'capeval[video]' (or pip install av)"
-        ) from err
-    return av
+    from capeval.diagnostics.extras import import_extra
+
+    return import_extra("av", "video", "reading videos (EMScore on videos)")
 
 
 def video_key(video: VideoInput, index: int) -> tuple:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,12 +60,20 @@ def process_state(device: str | torch.device | None = None):
     On a machine without GPUs, or when ``device`` names the CPU, processes talk over gloo; with GPUs each
     process gets its own (``state.device``) and NCCL.
     """
-    from accelerate import PartialState
+    if "accelerate" in sys.modules:  # a Trainer, an Accelerator or a previous call may have set one up
+        from accelerate import PartialState
 
-    if PartialState._shared_state:  # already set up (by a Trainer, an Accelerator or a previous call)
-        return PartialState()
+        if PartialState._shared_state:
+            return PartialState()
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return SingleProcess()
+    from capeval.diagnostics.extras import import_extra
+
+    import_extra(
+        "accelerate", "corpus", "scoring across the processes of a launch (torchrun, accelerate launch)"
+    )
+    from accelerate import PartialState
+
     cpu = not torch.cuda.is_available() or (device is not None and torch.device(device).type == "cpu")
     return PartialState(cpu=cpu)
 

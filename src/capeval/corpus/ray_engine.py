@@ -45,6 +45,7 @@ from capeval.corpus.reader import rows_or_why
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import changed_while_read, write_shard_output
 from capeval.corpus.shards import Shard, ShardReadError
+from capeval.diagnostics.extras import import_extra
 
 MIN_BLOCK_BYTES = 1024 * 1024  # Ray Data's own floor for a block (DEFAULT_TARGET_MIN_BLOCK_SIZE)
 BLOCKS_IN_FLIGHT = 8  # prepared blocks per actor the read tasks may run ahead by, in the object store
@@ -57,11 +58,9 @@ ACTOR_INIT_DEATHS = 0  # an actor that dies while loading the models fails the r
 
 
 def _import_ray():
-    try:
-        import ray
-        import ray.data
-    except ImportError as err:
-        raise ImportError("engine='ray' needs Ray Data: pip install 'capeval[ray]'") from err
+    import_extra("ray.data", "ray", "executor='ray'")
+    import ray
+
     return ray
 
 

@@ -28,6 +28,10 @@ def remote_locations(url: str, where: str, options: dict[str, Any]) -> list[Remo
             (unknown, a wrapper, a library missing, refused or unreachable); naming the URL and what was found.
     """
     protocol = url.split("://", 1)[0]
+    if protocol in ("s3", "s3a"):
+        from capeval.diagnostics.extras import require_extra
+
+        require_extra("remote", f"{protocol}:// shards")
     if protocol in WRAPPER_PROTOCOLS:
         raise LocationError(
             f"{url!r}{where}: {protocol}:// is a filesystem over another one (fsspec's), which a URL alone cannot "

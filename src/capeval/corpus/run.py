@@ -36,6 +36,7 @@ from capeval.corpus.row_scoring import RowScorer, check_row_metrics
 from capeval.corpus.run_folder import claimed_output
 from capeval.corpus.run_plan import CorpusResult, RunPlan, score_pending
 from capeval.corpus.shard_outputs import remove_stale_temporaries
+from capeval.diagnostics.extras import require_extra
 from capeval.diagnostics.run_warnings import summarised_warnings
 
 CHUNK_SIZE = 1024  # rows per shard of a row source: the unit of resumption, of memory and of a Ray read task
@@ -112,6 +113,7 @@ def score_corpus(
     Raises:
         EmptySourceError: the source holds no row. ValueError, TypeError: a setting or source refused, named.
     """
+    require_extra("corpus", "score_corpus")
     names = check_row_metrics(metrics)
     options = _metric_options(names, dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w,
                                           checkpoint=checkpoint))  # fmt: skip

@@ -11,20 +11,21 @@ the Hub, else the shapes CLIP shipped with capeval, under a banner). Safety limi
 
 from __future__ import annotations
 
-from capeval.demo.builder import build_demo, launch, read_card
-from capeval.demo.limits import DEFAULT_LIMITS, InputError, Limits
-from capeval.demo.panel import Panel, Scored
-from capeval.demo.panels import get_panel, panel_class
+from capeval._lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_LIMITS",
-    "InputError",
-    "Limits",
-    "Panel",
-    "Scored",
-    "build_demo",
-    "get_panel",
-    "launch",
-    "panel_class",
-    "read_card",
-]
+_PUBLIC = {
+    "DEFAULT_LIMITS": "capeval.demo.limits",
+    "InputError": "capeval.demo.limits",
+    "Limits": "capeval.demo.limits",
+    "Panel": "capeval.demo.panel",
+    "Scored": "capeval.demo.panel",
+    "build_demo": "capeval.demo.builder",
+    "get_panel": "capeval.demo.panels",
+    "launch": "capeval.demo.builder",
+    "panel_class": "capeval.demo.panels",
+    "read_card": "capeval.demo.builder",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(
+    __name__, _PUBLIC, globals(), requires=("spaces", "the demo (capeval.demo)")
+)

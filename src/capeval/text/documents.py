@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from capeval.text.tokenize import coco_tokens
 from capeval.text.vectors import WordVectors
@@ -210,6 +209,8 @@ def mean_embeddings(docs: Documents) -> np.ndarray:
 
     The nBOW weights are count / length, so the weighted sum is the mean over the tokens.
     """
+    import scipy.sparse as sp  # here, not at import: capeval.wmd is imported for its declaration alone
+
     bow = sp.csr_matrix((docs.weights, docs.words, docs.ptr), shape=(len(docs), max(len(docs.vocabulary), 1)))
     emb = docs.embeddings if len(docs.vocabulary) else np.zeros((1, docs.embeddings.shape[1]))
     return np.asarray(bow @ emb)

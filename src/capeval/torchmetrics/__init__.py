@@ -43,4 +43,6 @@ _PUBLIC = {
     "CapevalMetric": "capeval.torchmetrics.metric",
 }
 __all__ = sorted(_PUBLIC)
-__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
+__getattr__, __dir__ = lazy_exports(
+    __name__, _PUBLIC, globals(), requires=("torchmetrics", "capeval.torchmetrics")
+)
