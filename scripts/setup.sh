@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs capeval (editable) with the given extras, torch pinned by constraints.txt, then
 # places the six evaluate modules in evaluate's module cache so evaluate.load("clipscore") works by bare name.
-# Usage: scripts/setup.sh [extras], e.g. scripts/setup.sh test,spaces,video,bench
+# Usage: scripts/setup.sh [extras], e.g. scripts/setup.sh text,video (none: the core, the CLIP metrics)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

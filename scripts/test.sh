@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh test,spaces,video,bench,ray,torchmetrics,remote,docs
+scripts/setup.sh test,docs  # test: every extra (capeval[all]) and the test tools
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CLIP authors' tokenizer and model code (a test-only reference). --no-deps: its requirements pull
 # torchvision, which has no build for the CPU torch used here.

@@ -18,6 +18,7 @@ import sysconfig
 import tarfile
 import textwrap
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,8 @@ from capeval import __version__
 from capeval.registry import METRICS
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
 
 _OFFLINE = {
     "HF_HUB_OFFLINE": "1",
@@ -123,3 +126,95 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
     )
     done = _run([py, "-c", script], cwd=elsewhere, env=env)
     assert "OK clipscore|" in done.stdout
+
+
+def _core_dependencies(folder) -> None:
+    """``folder`` filled with links to the installed files of capeval's core requirements and what they pull in
+    (``scripts/bench_install.py`` follows their metadata), and nothing else: the core install, without a
+    download."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_install", REPO / "scripts" / "bench_install.py")
+    bench_install = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_install)
+    folder.mkdir()
+    for dist in bench_install.closure(bench_install.declared()).values():
+        for entry in bench_install.top_level_entries(dist):
+            source = dist.locate_file(entry)
+            if os.path.exists(source) and not (folder / entry).exists():
+                (folder / entry).symlink_to(source)
+
+
+def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_names_each_missing_extra(
+    dists, tmp_path
+):
+    _, wheel = dists
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv])  # no system site-packages
+    py = venv / "bin" / "python"
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    _core_dependencies(tmp_path / "core")
+    with open(os.path.join(site, "capeval_core_dependencies.pth"), "w") as fh:
+        fh.write(str(tmp_path / "core") + "\n")
+    env = {
+        **os.environ,
+        **_OFFLINE,
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "HF_EVALUATE_OFFLINE": "1",
+    }
+    env.pop("PYTHONPATH", None)
+    _run(
+        [py, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q", wheel],
+        env=env,
+    )
+    shapes = REPO / "examples" / "shapes"
+    script = textwrap.dedent(
+        f"""
+        import importlib.util, json
+        for name in ("scipy", "gensim", "ot", "accelerate", "braceexpand", "av", "gradio", "torchmetrics"):
+            assert importlib.util.find_spec(name) is None, name
+        import capeval, evaluate
+        from capeval.diagnostics.extras import MissingExtraError
+        from capeval.integrations.evaluate_modules import module_path
+        from capeval.testing.shapes import shapes_clip_path
+        assert capeval.__file__.startswith({str(venv)!r}), capeval.__file__
+        model = str(shapes_clip_path())
+        candidates = json.load(open({str(shapes / "candidates.json")!r}))
+        ids = sorted(candidates)[:4]
+        images = [{str(shapes / "images")!r} + "/" + i + ".png" for i in ids]
+        captions = [candidates[i] for i in ids]
+        direct = capeval.CLIPScore(model=model)(captions, images=images)["scores"]
+        module = evaluate.load(str(module_path("clipscore")))
+        through = module.compute(predictions=captions, images=images, model=model)["scores"]
+        assert max(abs(a - b) for a, b in zip(direct, through)) < 1e-6, (direct, through)
+        refused = {{}}
+        calls = {{
+            "text": lambda: capeval.WMD(),
+            "stats": lambda: capeval.compare([0.1, 0.2], [0.2, 0.1]),
+            "corpus": lambda: capeval.score_corpus("rows.jsonl", "out", model=model),
+            "torchmetrics": lambda: __import__("capeval.torchmetrics").torchmetrics.CLIPScore,
+            "spaces": lambda: __import__("capeval.demo").demo.build_demo,
+            "bench": lambda: __import__("capeval.bench").bench.run_benchmark,
+        }}
+        for extra, call in calls.items():
+            try:
+                call()
+            except MissingExtraError as err:
+                refused[extra] = str(err)
+        for extra in calls:
+            assert f'pip install "capeval[{{extra}}]"' in refused.get(extra, ""), (extra, refused)
+        print("OK", len(direct))
+        """
+    )
+    done = _run([py, "-c", script], cwd=tmp_path, env=env)
+    assert "OK 4" in done.stdout
+    # the README's main job: the command line on the example files, the core alone
+    capeval = venv / "bin" / "capeval"
+    files = ["--references-json", shapes / "references.json", "--save-per-instance", tmp_path / "scores.json"]
+    model = ["--model", Path(site) / "capeval" / "testing" / "assets" / "shapes-clip"]
+    scored = _run([capeval, "score", shapes / "candidates.json", shapes / "images", *files, *model], env=env)
+    assert "refclipscore" in scored.stdout.lower()
+    both = [str(tmp_path / "scores.json")] * 2
+    compared = subprocess.run([str(capeval), "compare", *both], capture_output=True, text=True, env=env)
+    assert compared.returncode == 2
+    assert 'capeval compare needs capeval[stats]: pip install "capeval[stats]"' in compared.stderr

@@ -67,6 +67,10 @@ def _score_command(args: argparse.Namespace) -> int:
             f"capeval score: --baseline/--compare need two or more systems and a baseline among them; "
             f"the systems are {list(inputs.systems)}"
         )
+    if args.compare or args.baseline:  # refused before scoring, not after it
+        from capeval.diagnostics.extras import require_extra
+
+        require_extra("stats", "capeval score --compare/--baseline")
     result = score_systems(
         inputs.systems,
         images=inputs.images,
@@ -209,21 +213,21 @@ def _add_compare_parser(sub, help: str) -> None:
 
 
 def _add_bench_parser(sub, help: str) -> None:
-    try:
-        from capeval.bench.cli import add_bench_parser
-    except ImportError as err:  # its libraries missing: the command says which extra installs them
-        from capeval.diagnostics.extras import MissingExtraError
+    from capeval.diagnostics.extras import missing, require_extra
 
-        reason = str(err)
+    if missing("bench"):  # its arguments list the benchmarks, which need the extra's libraries to be read
 
         def refuse(args) -> int:
-            raise MissingExtraError(
-                f'capeval bench needs capeval[bench]: pip install "capeval[bench]" ({reason})'
-            )
+            require_extra("bench", "capeval bench")
+            return 1
 
-        sub.add_parser("bench", help=help).set_defaults(func=refuse)
-    else:
-        add_bench_parser(sub, help)
+        bench = sub.add_parser("bench", help=help)
+        bench.add_argument("rest", nargs=argparse.REMAINDER)
+        bench.set_defaults(func=refuse)
+        return
+    from capeval.bench.cli import add_bench_parser
+
+    add_bench_parser(sub, help)
 
 
 def _add_score_parser(sub, help: str) -> None:

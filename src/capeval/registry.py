@@ -92,6 +92,7 @@ class MetricSpec:
         families: the backbone it encodes with: ``"clip"`` (an image-text model) or ``"vectors"`` (word vectors).
         row_columns: per-item values the corpus engines write beside the headline (``clip_s`` for RefCLIP-S:
             the result's ``clip_s_scores``).
+        extra: the extra it cannot run without (``"text"`` for the word-vector metrics); None: the core suffices.
     """
 
     name: str
@@ -106,6 +107,7 @@ class MetricSpec:
     outputs: tuple[Output, ...] = field(default_factory=tuple)
     families: str = "clip"
     row_columns: tuple[str, ...] = ()
+    extra: str | None = None
 
     def __post_init__(self) -> None:
         for kind in INPUT_KINDS:

@@ -147,6 +147,7 @@ SPEC = MetricSpec(
     ),
     references="required",
     families="vectors",
+    extra="text",
     outputs=(Output("wembsim", "WEmbSim", uses_references=True, note="every benchmark with references"),),
 )  # fmt: skip
 SPECS = (SPEC,)

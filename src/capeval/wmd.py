@@ -184,6 +184,7 @@ SPEC = MetricSpec(
     ),
     references="required",
     families="vectors",
+    extra="text",
     outputs=(Output("wmd", "WMD", uses_references=True, note="every benchmark with references"),),
 )  # fmt: skip
 SPECS = (SPEC,)

@@ -219,6 +219,9 @@ def _run_settings(args: argparse.Namespace) -> _RunSettings:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from capeval.diagnostics.extras import require_extra
+
+    require_extra("bench", "capeval bench run")
     from capeval.bench.benchmarks import BENCHMARKS
     from capeval.bench.report import write_report
     from capeval.bench.run_plan import RunRefused, plan_run

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from capeval.bench.baselines import CORPUS_NOT_MEAN, SENTENCE, sentence_name
 from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
+from capeval.diagnostics.extras import require_extra
 from capeval.json_files import read_json_file
 
 # Registry names of the metrics whose per-image columns carry the CLIPScore authors' names.
@@ -134,6 +135,7 @@ def _system_names(path_a: str, path_b: str) -> tuple[str, str]:
 
 
 def compare_command(args: argparse.Namespace) -> int:
+    require_extra("stats", "capeval compare")
     names = _system_names(args.a_json, args.b_json)
     rows_a = read_per_instance(args.a_json)
     rows_b = read_per_instance(args.b_json)

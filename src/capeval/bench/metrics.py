@@ -187,7 +187,15 @@ def _looks_like_file(spec: str) -> bool:
 
 
 def _capeval_unavailable(declared, display: str, kwargs: dict) -> str | None:
-    """Why a capeval metric cannot run with these options, found without loading a model or vectors."""
+    """Why a capeval metric cannot run with these options, found without loading a model or vectors.
+
+    Raises:
+        MissingExtraError: the extra the metric declares is not installed.
+    """
+    if declared.extra:
+        from capeval.diagnostics.extras import require_extra
+
+        require_extra(declared.extra, display)
     for option in declared.options:
         if option.required and option.name not in kwargs:
             return (
