@@ -16,10 +16,10 @@ import numpy as np
 
 import capeval
 from capeval.clip.backbones import load_backbone
-from capeval.perf import pipelines
-from capeval.perf.models import build_benchmark_clip
-from capeval.perf.timing import markdown_table, median, time_interleaved
-from capeval.perf.workload import make_image_caption_workload, make_shapes_workload
+from capeval_dev.perf import pipelines
+from capeval_dev.perf.models import build_benchmark_clip
+from capeval_dev.perf.timing import markdown_table, median, time_interleaved
+from capeval_dev.perf.workload import make_image_caption_workload, make_shapes_workload
 
 
 def build_random_model(kind: str, root: Path) -> Path:
@@ -131,7 +131,7 @@ def main() -> None:
         figures["bf16"] = bf16_drift(
             make_image_caption_workload(work / "images", n_img), opts, "random " + args.arch
         )
-        from capeval.testing.shapes import shapes_clip_path
+        from capeval.shapes import shapes_clip_path
 
         shapes_opts = {**opts, "model": str(shapes_clip_path())}
         figures["bf16_shapes"] = bf16_drift(make_shapes_workload(args.bf16_pairs), shapes_opts, "shapes CLIP")

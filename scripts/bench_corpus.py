@@ -4,7 +4,7 @@ Each run is the command as a user types it (``python -m capeval.cli corpus SHARD
 child process whose process tree (the driver, its decoding workers, and with Ray the raylet, the read tasks and
 the actors) is sampled every 50 ms with psutil: the driver's peak RSS, the largest peak RSS of any other process
 of the tree, and the CPU seconds of the whole tree per 1,000 rows. The shards are WebDataset tars of drawn shapes
-(``capeval.testing.shapes_shards``), scored with the shapes CLIP.
+(``capeval_dev.testing.shapes_shards``), scored with the shapes CLIP.
 
     PYTHONPATH=src python scripts/bench_corpus.py                    # 2 shards of 1,000 and of 10,000 samples
         # executors: local, local with OMP_NUM_THREADS=1, ray
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import psutil
 
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 
 
 def run_once(source: Path, out: Path, executor: str, batch_size: int) -> dict:

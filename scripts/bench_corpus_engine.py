@@ -5,7 +5,7 @@ Shards in img2dataset's layout (``NNNNN.tar``: ``<key>.jpg``, ``<key>.txt``, ``<
 caption distinct (drawn shapes, 224x224 and 640x480 JPEGs), scored by ``score_corpus`` in a child process.
 
 1. **The model made free**: a CLIP of ViT-B/32 geometry (224 px input) whose forward answers at once
-   (``capeval.perf.simulated.SleepingCLIP`` at an infinite rate), with 1 and 2 decoding workers. The child
+   (``capeval_dev.perf.simulated.SleepingCLIP`` at an infinite rate), with 1 and 2 decoding workers. The child
    reports its own CPU seconds (every thread: the scoring process) and its workers' (``getrusage``), over the
    call only; printed per row, with their ratio (goal: the scoring process at most 0.1 of a worker) and rows/s.
 2. **A tiny real model on the CPU** (no workers: the model and the decoding share the cores): the command's rows/s
@@ -34,7 +34,7 @@ import json, math, resource, sys, time
 settings = json.loads(sys.argv[1])
 if settings["free"]:
     import capeval.clipscore as clipscore
-    from capeval.perf.simulated import simulated_backbone
+    from capeval_dev.perf.simulated import simulated_backbone
     real_load = clipscore.load_backbone
     clipscore.load_backbone = lambda *a, **k: simulated_backbone(real_load(*a, **k), math.inf, math.inf)
 from capeval.corpus.run import score_corpus
@@ -63,8 +63,8 @@ def write_shards(folder: Path, shards: int, rows: int, size: tuple[int, int], se
     """``shards`` tars of ``rows`` samples in img2dataset's layout, every picture and caption distinct."""
     import numpy as np
 
-    from capeval.testing.shapes import Scene, caption, draw
-    from capeval.testing.shapes_scenes import COLORS, POSITIONS, SHAPES
+    from capeval.shapes import Scene, caption, draw
+    from capeval.shapes.scenes import COLORS, POSITIONS, SHAPES
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -167,7 +167,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from capeval.testing.tiny_clip import build_tiny_clip
+    from capeval.shapes.tiny_clip import build_tiny_clip
 
     work = Path(tempfile.mkdtemp(prefix="bench_corpus_engine_"))
     sources = {}

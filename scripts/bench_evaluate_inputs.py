@@ -20,8 +20,8 @@ import numpy as np
 from PIL import Image
 
 from capeval.clip.images import preprocess_image
-from capeval.perf.timing import markdown_table, median, time_interleaved
-from capeval.testing.shapes import Scene, draw
+from capeval.shapes import Scene, draw
+from capeval_dev.perf.timing import markdown_table, median, time_interleaved
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = (640, 480)

@@ -40,10 +40,10 @@ import transformers
 
 import capeval
 from capeval.clip.backbones import load_backbone
-from capeval.perf import device_checks as checks
-from capeval.perf import throughput as tp
-from capeval.perf.models import build_benchmark_clip
-from capeval.perf.timing import markdown_table
+from capeval_dev.perf import device_checks as checks
+from capeval_dev.perf import throughput as tp
+from capeval_dev.perf.models import build_benchmark_clip
+from capeval_dev.perf.timing import markdown_table
 
 
 def measure(bb, paths: list[str], captions: list[str], args) -> dict[str, float]:
@@ -72,7 +72,7 @@ def corpus_throughput(
     from capeval.corpus.row_scoring import RowScorer, prepare_rows
     from capeval.corpus.run import score_corpus
     from capeval.corpus.shards import list_shards
-    from capeval.testing.shapes_shards import write_shapes_shards
+    from capeval_dev.testing.shapes_shards import write_shapes_shards
 
     source = workdir / f"shards-{shards}x{rows_per_shard}"
     if not source.is_dir():
@@ -191,7 +191,7 @@ def section_model_object(args, work: Path) -> dict:
 
 
 def section_drift(args, work: Path) -> dict:
-    from capeval.testing.shapes import example_items, shapes_clip_path
+    from capeval.shapes import example_items, shapes_clip_path
 
     paths = tp.make_jpeg_corpus(work / "jpegs", args.n_images)
     captions = tp.make_captions(len(paths))

@@ -2,7 +2,7 @@
 
 Each batch size runs in a fresh subprocess so its peak RSS (the kernel's ru_maxrss) is its own. On a GPU,
 ``--oom-check`` then runs the out-of-memory back-off for real: the largest batch under a memory cap sized for the
-smallest (``capeval.perf.device_checks.oom_backoff``), in one more subprocess.
+smallest (``capeval_dev.perf.device_checks.oom_backoff``), in one more subprocess.
 Example:  .venv/bin/python scripts/bench_memory.py --batch-sizes 8 32 64 128 --n-images 256
           python scripts/bench_memory.py --device cuda --dtype float16 --arch vit-l14 --batch-sizes 64 1024 --oom-check
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from capeval.perf.timing import markdown_table
+from capeval_dev.perf.timing import markdown_table
 
 CHILD = """
 import json, resource, sys, time, torch
@@ -42,7 +42,7 @@ OOM_CHILD = """
 import json, sys
 from capeval.clip.backbones import load_backbone
 from capeval.clip.image_encoding import encode_images
-from capeval.perf.device_checks import oom_backoff
+from capeval_dev.perf.device_checks import oom_backoff
 model, device, dtype, small, large, paths = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
 bb = load_backbone(model, device=device, dtype=dtype)
 print(json.dumps(oom_backoff(lambda b: encode_images(bb, paths, batch_size=b, progress=False), small, large)))
@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from capeval.perf.models import build_benchmark_clip
-    from capeval.perf.throughput import make_jpeg_corpus
+    from capeval_dev.perf.models import build_benchmark_clip
+    from capeval_dev.perf.throughput import make_jpeg_corpus
 
     work = Path(args.workdir)
     model = args.model

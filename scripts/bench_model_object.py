@@ -30,8 +30,8 @@ import torch
 import capeval
 from capeval.clip import model_identity
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-from capeval.testing.shapes import example_items
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, vit_b32_config
+from capeval.shapes import example_items
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, vit_b32_config
 
 
 def interleaved_medians(runs: dict, repeats: int) -> dict[str, float]:

@@ -6,7 +6,7 @@
 
 Each run is a fresh process with a temporary ``HF_MODULES_CACHE`` (the modules installed there once) and its
 working directory in a temporary folder; ``HF_ENDPOINT`` points at a local stand-in (see
-:mod:`capeval.perf.module_loading`), so the times are evaluate's own look-up logic plus loopback round trips; a
+:mod:`capeval_dev.perf.module_loading`), so the times are evaluate's own look-up logic plus loopback round trips; a
 real Hub adds its network latency to each request counted. The time is that of ``evaluate.load`` alone
 (evaluate and capeval are imported first); the table gives the median and the requests the stand-in received.
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from capeval.perf.module_loading import HUB_ANSWERS, child_env, load_in_fresh_process, stand_in_hub
+from capeval_dev.perf.module_loading import HUB_ANSWERS, child_env, load_in_fresh_process, stand_in_hub
 
 
 def main(argv: list[str] | None = None) -> int:

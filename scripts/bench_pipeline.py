@@ -1,6 +1,6 @@
 """Do the encoding pipelines overlap their stages? Measured on any machine with a stand-in accelerator.
 
-The GPU benchmark (bench_gpu.py) needs a GPU. This one replaces the model by ``capeval.perf.simulated``'s
+The GPU benchmark (bench_gpu.py) needs a GPU. This one replaces the model by ``capeval_dev.perf.simulated``'s
 stand-in: a forward pass sleeps for rows / rate seconds with the host idle, as it is while a GPU computes,
 while reading, decoding and tokenising run for real. The stand-in's rate is set to the reader's (or the
 tokenizer's) measured rate, the hardest case: stages run one after the other reach 0.5 of the slower limit,
@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from capeval.clip.backbones import load_backbone
-from capeval.perf import throughput as tp
-from capeval.perf.simulated import simulated_backbone
-from capeval.perf.timing import markdown_table
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval_dev.perf import throughput as tp
+from capeval_dev.perf.simulated import simulated_backbone
+from capeval_dev.perf.timing import markdown_table
 
 
 def _backbone(work: Path):
@@ -100,7 +100,9 @@ def main() -> None:
     torch.set_num_threads(1)
     work = Path(args.workdir)
     bb = _backbone(work)
-    print(f"{os.cpu_count()} cores; torch {torch.__version__}; stand-in accelerator (capeval.perf.simulated)")
+    print(
+        f"{os.cpu_count()} cores; torch {torch.__version__}; stand-in accelerator (capeval_dev.perf.simulated)"
+    )
     rows = []
     if args.only in (None, "images"):
         rows += image_rows(bb, tp.make_jpeg_corpus(work / "jpegs", args.n_images), args)

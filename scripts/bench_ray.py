@@ -1,5 +1,5 @@
 """Rows/s of the shard engines on this machine: the local engine against Ray Data with 1 and 2 actors, on the
-real (tiny) shapes CLIP and on the stand-in accelerator of ``capeval.perf.simulated``, all in one run.
+real (tiny) shapes CLIP and on the stand-in accelerator of ``capeval_dev.perf.simulated``, all in one run.
 
 The stand-in answers a forward pass after ``rows / rate`` seconds without using a core, as a GPU leaves the
 host free, so the overlap of Ray's CPU read tasks (decode, resize) with the "accelerator" shows on a CPU-only
@@ -26,9 +26,9 @@ from capeval.corpus.reader import read_shard
 from capeval.corpus.row_scoring import RowScorer, prepare_rows
 from capeval.corpus.shard_outputs import input_record, remove_stale_temporaries, write_shard_output
 from capeval.corpus.shards import list_shards
-from capeval.perf.simulated import simulated_backbone
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.perf.simulated import simulated_backbone
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 
 METRICS = ["clipscore"]
 

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from capeval.corpus.run import score_corpus
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 
 
 def write_corpus(root: Path, rows: int) -> Path:

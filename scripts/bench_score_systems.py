@@ -17,19 +17,19 @@ import json
 import tempfile
 from pathlib import Path
 
-from capeval.perf.timing import markdown_table, median, time_interleaved
 from capeval.scoring.formats import read_caption_files
 from capeval.scoring.systems import score_systems
+from capeval_dev.perf.timing import markdown_table, median, time_interleaved
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "shapes"
 
 
 def _model(name: str, work: Path) -> str:
     if name == "shapes":
-        from capeval.testing.shapes import shapes_clip_path
+        from capeval.shapes import shapes_clip_path
 
         return str(shapes_clip_path())
-    from capeval.perf.models import build_benchmark_clip
+    from capeval_dev.perf.models import build_benchmark_clip
 
     return str(build_benchmark_clip(name, work / name))
 

@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         rating_correlations,
     )
     from capeval.bench.protocols import PASCAL_N_REFS, PASCAL_SEED
-    from capeval.perf.text import wmd_speed
     from capeval.wembsim import WEmbSim
     from capeval.wmd import WMD
+    from capeval_dev.perf.text import wmd_speed
 
     wmd = WMD(vectors=args.vectors, normalize_vectors=args.normalize_vectors)
     wembsim = WEmbSim(vectors=args.vectors, normalize_vectors=args.normalize_vectors)

@@ -36,11 +36,11 @@ QUANTITIES = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F"
 def resolve_model(name: str, workdir: Path) -> tuple[str, str]:
     """(model path or id, label): ``random`` = the random tiny CLIP of the tests, ``shapes`` = the shapes CLIP."""
     if name == "random":
-        from capeval.testing.tiny_clip import build_tiny_clip
+        from capeval.shapes.tiny_clip import build_tiny_clip
 
         return str(build_tiny_clip(workdir / "random-tiny-clip", seed=0)), "random tiny CLIP (seed 0)"
     if name == "shapes":
-        from capeval.testing.shapes import shapes_clip_path
+        from capeval.shapes import shapes_clip_path
 
         return str(shapes_clip_path()), "shapes CLIP"
     return name, name

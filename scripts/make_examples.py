@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capeval.testing.shapes import make_example_folder
+    from capeval.shapes import make_example_folder
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -26,7 +26,7 @@ import numpy as np
 from capeval.bench.protocols import vatex_eval_correlation
 from capeval.bench.vatex import load_vatex_eval
 from capeval.emscore import EMScore
-from capeval.testing.shapes import draw_frames, random_scene, shapes_clip_path
+from capeval.shapes import draw_frames, random_scene, shapes_clip_path
 
 FPS = (24, 25, 30)  # VATEX clips are 10 s of YouTube video at its native frame rate
 POOL = 24

@@ -20,7 +20,7 @@ import numpy as np
 def main(argv: list[str] | None = None) -> int:
     import capeval
     from capeval.demo.examples import IMAGE_SIZE, candidate_captions
-    from capeval.testing.shapes import all_scenes, caption, draw, shapes_clip_path
+    from capeval.shapes import all_scenes, caption, draw, shapes_clip_path
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -11,7 +11,7 @@ the image-text cosine that CLIP-S rescales.
 No SigLIP weights can be downloaded here, so the models are random (seeded) ``SiglipModel``s with the released
 text and vision shapes (base: 12 layers of width 768, 64 text positions; ``--vocab 256000`` is SigLIP 2's Gemma
 vocabulary, 32000 SigLIP's) and the captions' ids come from the small Gemma tokenizer of
-``capeval.testing.tiny_families`` trained on them (about a token a word, as Gemma's own vocabulary gives). The figures show the size of the effect on these weights, not on the released
+``capeval_dev.testing.tiny_families`` trained on them (about a token a word, as Gemma's own vocabulary gives). The figures show the size of the effect on these weights, not on the released
 ones. capeval's embedding is checked against the model's ids-only call on the way.
 
     python scripts/measure_siglip_mask.py [--size base|tiny] [--vocab 256000] [--seed 0]
@@ -54,7 +54,7 @@ W = 2.5  # CLIP-S's rescaling (Hessel et al. 2021, sec. 3)
 def build(size: str, vocab: int, seed: int):
     import transformers as tf
 
-    from capeval.testing.tiny_families import gemma_tokenizer
+    from capeval_dev.testing.tiny_families import gemma_tokenizer
 
     torch.manual_seed(seed)
     tok = gemma_tokenizer(corpus=CAPTIONS)  # trained on the captions: about a token a word, as Gemma's

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/train_shapes_clip.py --out /tmp/shapes-clip --steps 50
 
 Seeded: the same seed, torch version and --threads give the same weights. The defaults (1 thread) are
-those of the committed model at src/capeval/testing/assets/shapes-clip/. After training, the model is
+those of the committed model at src/capeval/shapes/assets/shapes-clip/. After training, the model is
 evaluated on held-out drawings through capeval's public API and the accuracies are printed (and written
 to training.json beside the weights).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capeval.testing.shapes import shapes_clip_path
-    from capeval.testing.shapes_training import ShapesTrainConfig
+    from capeval.shapes import shapes_clip_path
+    from capeval.shapes.training import ShapesTrainConfig
 
     defaults = ShapesTrainConfig()
     parser = argparse.ArgumentParser(
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
-    from capeval.testing.shapes_training import evaluate_shapes_clip, train_shapes_clip
+    from capeval.shapes.training import evaluate_shapes_clip, train_shapes_clip
 
     torch.set_num_threads(args.threads)
     record = Path(args.out) / "training.json"

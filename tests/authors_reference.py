@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from capeval.testing.openai_reference import openai_tokenize, torchvision_resize_center_crop
+from capeval_dev.testing.openai_reference import openai_tokenize, torchvision_resize_center_crop
 
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)

@@ -45,7 +45,7 @@ def benchmarks_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_clip_dir(tmp_path_factory) -> Path:
     """A random tiny CLIP with the real CLIP tokenizer, saved as a transformers folder."""
-    from capeval.testing.tiny_clip import build_tiny_clip
+    from capeval.shapes.tiny_clip import build_tiny_clip
 
     return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip"), seed=0)
 
@@ -53,7 +53,7 @@ def tiny_clip_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_clip_dir_b(tmp_path_factory) -> Path:
     """A second random tiny CLIP (other seed, other input size 48) for tests that need two models."""
-    from capeval.testing.tiny_clip import build_tiny_clip
+    from capeval.shapes.tiny_clip import build_tiny_clip
 
     return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip-b"), seed=1, image_size=48, patch_size=16)
 

@@ -30,7 +30,7 @@ FIELDS = {
 
 def loader(names: list[str]) -> list[tuple]:
     """Two batches of the shapes world with the fields a ``for a, b in loader`` loop names."""
-    from capeval.testing.shapes import draw_frames, example_items
+    from capeval.shapes import draw_frames, example_items
 
     items = list(example_items(6).values())
     for item in items:

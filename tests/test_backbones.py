@@ -34,7 +34,7 @@ def test_revision_of_a_local_folder_is_the_weights_hash(tiny_clip_dir):
 
 
 def test_missing_hub_model_offline_says_how_to_fix_it(monkeypatch):
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(OSError) as err:
@@ -179,7 +179,7 @@ def test_the_reader_can_be_chosen_and_a_wrong_one_is_named(tiny_clip_dir):
 
 
 def test_two_clones_of_one_folder_sign_alike_and_no_path_is_in_a_signature(tiny_clip_dir, tmp_path):
-    from capeval.testing.shapes import example_items
+    from capeval.shapes import example_items
 
     items = list(example_items(2).values())
     captions, images = [it["candidate"] for it in items], [it["image"] for it in items]
@@ -217,7 +217,7 @@ def _edit_json(path, **changes):
 
 
 def test_editing_a_folders_config_changes_its_scores_and_its_signature(tiny_clip_dir, tmp_path):
-    from capeval.testing.shapes import example_items
+    from capeval.shapes import example_items
 
     items = list(example_items(3).values())
     captions, images = [it["candidate"] for it in items], [it["image"] for it in items]

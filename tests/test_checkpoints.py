@@ -28,8 +28,8 @@ from capeval.clip.checkpoints.layout import (
 )
 from capeval.clip.checkpoints.locate import resolve_checkpoint
 from capeval.clip.text_encoding import encode_texts
-from capeval.testing.openai_reference import model_module, openai_tokenize
-from capeval.testing.tiny_clip import build_tiny_clip, tiny_clip_config
+from capeval.shapes.tiny_clip import build_tiny_clip, tiny_clip_config
+from capeval_dev.testing.openai_reference import model_module, openai_tokenize
 
 # Tiny but faithful: widths are multiples of 64 (the authors' head width), so each tower has 2 heads.
 WIDTH, LAYERS, IMAGE, PATCH, EMBED = 128, 2, 32, 8, 64

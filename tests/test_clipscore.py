@@ -48,7 +48,7 @@ def model_pair(request, tiny_clip_dir):
     """(folder, raw CLIPModel) for the random tiny CLIP and the shapes-trained CLIP."""
     from transformers import CLIPModel
 
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     folder = str(tiny_clip_dir) if request.param == "random" else str(shapes_clip_path())
     # transformers 5 loads weights in their stored dtype (fp16 for the shapes CLIP); the reference runs fp32
@@ -63,7 +63,7 @@ def raw_model(tiny_clip_dir):
 
 
 def _shapes_and_noise(n):
-    from capeval.testing.shapes import Scene, draw
+    from capeval.shapes import Scene, draw
 
     drawn = [
         draw(Scene("red", "circle", "left"), size=(160, 120)),

@@ -16,7 +16,7 @@ import pytest
 import capeval
 from capeval.cli import main
 from capeval.corpus.run import score_corpus
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 from tests.test_corpus import read_scores
 
 MODEL = str(shapes_clip_path())

@@ -14,7 +14,7 @@ import pytest
 from capeval.cli import main
 from capeval.corpus.row_sources import EmptySourceError
 from capeval.corpus.run import score_corpus
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 from tests.corpus_runs import finish_a_run
 from tests.hostile_shards import jpeg, write_tar
 

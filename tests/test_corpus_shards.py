@@ -18,8 +18,8 @@ from capeval.corpus.shard_outputs import output_path
 from capeval.corpus.shard_summary import top_fraction_threshold
 from capeval.corpus.shards import ShardReadError, list_shards
 from capeval.diagnostics.categories import DamagedFileWarning
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 from tests.hostile_shards import write_tar
 
 MODEL = str(shapes_clip_path())

@@ -17,8 +17,8 @@ from capeval.corpus import cpu_share, local_executor
 from capeval.corpus.cpu_share import CoreLoad, torch_threads, usable_cores
 from capeval.corpus.row_scoring import RowScorer
 from capeval.corpus.run import score_corpus
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat")
 

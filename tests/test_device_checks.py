@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from capeval.perf import device_checks
+from capeval_dev.perf import device_checks
 
 # --- drift of half precision against float32 ----------------------------------------------------------
 
@@ -49,7 +49,7 @@ def test_utilisation_reads_nvidia_smi_lines(monkeypatch, tmp_path):
 def test_model_object_refusals_name_both_sides():
     from transformers import CLIPModel, CLIPProcessor
 
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     folder = str(shapes_clip_path())
     answers = device_checks.model_object_refusals(

@@ -75,8 +75,8 @@ class Worker:
 def _given_files(root: Path) -> Path:
     """The files of GIVEN_FILES, built once."""
     from capeval.clip.video import write_video
-    from capeval.testing.shapes import Scene, draw, draw_frames
-    from capeval.testing.shapes_shards import write_shapes_shards
+    from capeval.shapes import Scene, draw, draw_frames
+    from capeval_dev.testing.shapes_shards import write_shapes_shards
 
     given = root / "given"
     given.mkdir()
@@ -92,7 +92,7 @@ def _given_files(root: Path) -> Path:
 
 def _hub_cache(root: Path) -> Path:
     """A Hugging Face cache in huggingface_hub's layout where openai/clip-vit-base-patch32 is the shapes CLIP."""
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     repo = root / "hub" / "models--openai--clip-vit-base-patch32"
     (repo / "refs").mkdir(parents=True)
@@ -105,7 +105,7 @@ class Runner:
     """Sandboxes, the two workers (without and with the stand-in Hub cache) and the shell environment."""
 
     def __init__(self, root: Path):
-        from capeval.testing.shapes import shapes_clip_path
+        from capeval.shapes import shapes_clip_path
 
         self.root = root
         self.given = _given_files(root)

@@ -190,7 +190,7 @@ def test_a_stats_file_that_cannot_be_read_makes_its_shard_incomplete_and_the_run
     import os
 
     from capeval.corpus.run import score_corpus
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     _copy_shard(img2dataset_run.webdataset, "00000", tmp_path)
     stats_file = tmp_path / "00000_stats.json"

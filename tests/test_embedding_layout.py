@@ -162,8 +162,8 @@ def test_a_whole_layout_has_no_incomplete_part(written):
 
 def test_a_rerun_makes_the_layout_anew_removing_an_earlier_runs_parts_and_says_so(tmp_path):
     from capeval.corpus.run import score_corpus
-    from capeval.testing.shapes import shapes_clip_path
-    from capeval.testing.shapes_shards import write_shapes_shards
+    from capeval.shapes import shapes_clip_path
+    from capeval_dev.testing.shapes_shards import write_shapes_shards
     from tests.hostile_shards import write_tar
 
     shards, out = tmp_path / "shards", tmp_path / "out"

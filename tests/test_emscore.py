@@ -422,7 +422,7 @@ def test_frame_lists_score_like_the_video_file(tiny_clip_dir, videos):
 @pytest.fixture(scope="module")
 def shape_clips(tmp_path_factory):
     """Eight clips of drawn shapes moving, encoded with H.264 by PyAV, and their scenes."""
-    from capeval.testing.shapes import COLORS, POSITIONS, SHAPES, Scene, draw_frames
+    from capeval.shapes import COLORS, POSITIONS, SHAPES, Scene, draw_frames
 
     folder = tmp_path_factory.mktemp("shape-clips")
     scenes = [Scene(c, SHAPES[i % 3], POSITIONS[i % 5]) for i, c in enumerate([*COLORS, *list(COLORS)[:3]])]
@@ -434,7 +434,7 @@ def shape_clips(tmp_path_factory):
 
 @pytest.mark.parametrize("attribute", ["color", "shape", "position"])
 def test_a_correct_caption_outscores_a_wrong_one_on_decoded_videos(shape_clips, attribute):
-    from capeval.testing.shapes import caption, mismatched, paraphrase, shapes_clip_path
+    from capeval.shapes import caption, mismatched, paraphrase, shapes_clip_path
 
     scenes, paths = shape_clips
     scorer = EMScore(model=str(shapes_clip_path()), device="cpu")

@@ -21,9 +21,9 @@ from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint
 from capeval.clip.checkpoints.layout import CheckpointWarning
 from capeval.clip.text_encoding import encode_text_tokens
 from capeval.emscore import TEXT, VIDEO, EMScore
+from capeval.shapes.tiny_clip import build_tiny_clip
 from capeval.signature import parse_signature
-from capeval.testing.openai_reference import openai_tokenize
-from capeval.testing.tiny_clip import build_tiny_clip
+from capeval_dev.testing.openai_reference import openai_tokenize
 
 CANDS = ["a red square moves right", "two dogs play in the snow", "a bowl of soup !"]
 REFS = [["a red box", "a square moving"], ["dogs in snow"], ["soup", "a bowl on a table", "dinner"]]

@@ -19,8 +19,8 @@ pytest.importorskip("ray")
 
 from capeval.corpus.run import score_corpus  # noqa: E402
 from capeval.diagnostics.categories import DuplicateKeyWarning  # noqa: E402
-from capeval.testing.shapes import shapes_clip_path  # noqa: E402
-from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+from capeval.shapes import shapes_clip_path  # noqa: E402
+from capeval_dev.testing.shapes_shards import write_shapes_shards  # noqa: E402
 from tests import hostile_shards as H  # noqa: E402
 from tests.hostile_shards import write_tar  # noqa: E402
 

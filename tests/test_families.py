@@ -1,6 +1,6 @@
 """Dual encoders beyond CLIPModel: each family scored as its own transformers processor and model calls score it.
 
-Every family is a tiny random model built offline in the test (``capeval.testing.tiny_families``) with the
+Every family is a tiny random model built offline in the test (``capeval_dev.testing.tiny_families``) with the
 family's tokenizer (WordPiece, SentencePiece or Unigram vocabularies made here) and processor files. The
 reference is computed independently: ``AutoProcessor`` on the raw captions and images (SigLIP padded to
 ``max_length`` and given no attention mask, as it was trained), ``get_image_features``/``get_text_features``,
@@ -26,7 +26,7 @@ from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.text_encoding import encode_text_tokens
 from capeval.clip.tokenization import PREFIX
 from capeval.signature import parse_signature
-from capeval.testing.tiny_families import FAMILY_NAMES, build_tiny_family
+from capeval_dev.testing.tiny_families import FAMILY_NAMES, build_tiny_family
 
 W = 2.5  # Hessel et al. 2021, sec. 3
 ENGLISH = [

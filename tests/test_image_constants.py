@@ -272,7 +272,7 @@ def test_an_image_processor_with_absurd_constants_is_refused_by_the_same_check_a
     from transformers import CLIPImageProcessorPil
 
     from capeval.clip.backbones import load_backbone
-    from capeval.testing.tiny_clip import build_tiny_clip
+    from capeval.shapes.tiny_clip import build_tiny_clip
 
     model, tokenizer = build_tiny_clip(seed=7)
     size = model.config.vision_config.image_size
@@ -297,7 +297,7 @@ def _saved_two_ways(tmp_path: Path) -> tuple[Path, Path]:
     from transformers import CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     from capeval.clip.backbones import write_preprocessor_config
-    from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+    from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
     torch.manual_seed(11)
     model = CLIPModel(tiny_clip_config()).eval()
@@ -317,7 +317,7 @@ def _saved_two_ways(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _world():
-    from capeval.testing.shapes import example_items
+    from capeval.shapes import example_items
 
     items = list(example_items(4).values())
     return [it["candidate"] for it in items], [it["image"] for it in items]

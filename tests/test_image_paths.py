@@ -14,7 +14,7 @@ import pytest
 from capeval.cli import main
 from capeval.corpus.image_paths import ImagePaths, changed_files, file_record
 from capeval.corpus.run import score_corpus
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 from tests.hostile_shards import jpeg
 
 MODEL = str(shapes_clip_path())

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 import capeval
 from capeval.clip.backbones import _CACHE, load_backbone
-from capeval.testing.shapes import example_items, shapes_clip_path
-from capeval.testing.tiny_clip import build_clip_tokenizer, build_tiny_clip
+from capeval.shapes import example_items, shapes_clip_path
+from capeval.shapes.tiny_clip import build_clip_tokenizer, build_tiny_clip
 from tests.threads import run_together
 
 PREFIX = "A photo depicts"
@@ -168,7 +168,7 @@ def test_refclipscore_and_emscore_take_model_objects(shapes_model, world):
 def test_other_families_as_model_objects(tmp_path, world):
     import transformers as tf
 
-    from capeval.testing.tiny_families import build_tiny_family
+    from capeval_dev.testing.tiny_families import build_tiny_family
 
     folder = build_tiny_family("siglip", tmp_path / "siglip")
     model = tf.SiglipModel.from_pretrained(str(folder), dtype=torch.float32).train()

@@ -3,7 +3,7 @@ fallback to its module cache when the Hub has no ``evaluate-metric/<name>``.
 
 Every load runs in a fresh process with a temporary ``HF_MODULES_CACHE`` and ``HF_HOME`` and a working
 directory without a ``metrics/`` folder; "online" means ``HF_ENDPOINT`` at a local stand-in for the Hub
-(:mod:`capeval.perf.module_loading`). The times of those loads are measured by
+(:mod:`capeval_dev.perf.module_loading`). The times of those loads are measured by
 ``scripts/bench_module_loading.py``, not here.
 """
 
@@ -22,8 +22,8 @@ import capeval
 from capeval.cli import main
 from capeval.integrations.evaluate_modules import module_path
 from capeval.integrations.module_cache import install_modules
-from capeval.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
 from capeval.registry import METRICS
+from capeval_dev.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
 
 STALE_HASH = "0" * 64
 

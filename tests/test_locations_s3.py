@@ -205,8 +205,8 @@ def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resume
 ):
     from capeval.corpus.run import score_corpus
     from capeval.diagnostics.categories import DuplicateKeyWarning, InputChangedWarning
-    from capeval.testing.shapes import shapes_clip_path
-    from capeval.testing.shapes_shards import write_shapes_shards
+    from capeval.shapes import shapes_clip_path
+    from capeval_dev.testing.shapes_shards import write_shapes_shards
     from tests.test_corpus import read_scores
 
     put, prefix, options = s3
@@ -243,8 +243,8 @@ def test_ray_reads_s3_shards_from_its_workers_as_the_local_executor_does(s3, tmp
     # would, in their environment (a Ray started after the variables are set passes them on).
     ray = pytest.importorskip("ray")
     from capeval.corpus.run import score_corpus
-    from capeval.testing.shapes import shapes_clip_path
-    from capeval.testing.shapes_shards import write_shapes_shards
+    from capeval.shapes import shapes_clip_path
+    from capeval_dev.testing.shapes_shards import write_shapes_shards
     from tests.test_corpus import read_scores
 
     put, prefix, options = s3

@@ -11,7 +11,7 @@ import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.text_encoding import encode_text_tokens
 from capeval.diagnostics.categories import TruncationWarning
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
 LONG_POSITIONS = 248  # Long-CLIP's text positions (config.text_config.max_position_embeddings)
 WORDS = "a red circle sits on the left of a blue square while a green triangle waits above them".split()

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-from capeval.perf.models import mix_shared_component
-from capeval.testing.open_clip_layout import open_clip_state_dict
-from capeval.testing.shapes import example_items
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval.shapes import example_items
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval_dev.perf.models import mix_shared_component
+from capeval_dev.testing.open_clip_layout import open_clip_state_dict
 
 PREFIX = "A photo depicts"
 POSITIONS = 248  # Long-CLIP's text context (model_longclip.py: self.context_length = 248)
@@ -67,7 +67,7 @@ def reference_clip_s(
     kept ``positional_embedding`` alone)."""
     from transformers import CLIPImageProcessorPil
 
-    from capeval.testing.openai_reference import model_module, openai_tokenize
+    from capeval_dev.testing.openai_reference import model_module, openai_tokenize
 
     mask1 = torch.zeros(POSITIONS, 1)
     mask1[:20] = 1

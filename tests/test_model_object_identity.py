@@ -19,8 +19,8 @@ import torch
 import capeval
 from capeval.clip import model_identity
 from capeval.clip.model_identity import hash_model_object, state_digest, state_key
-from capeval.testing.shapes import example_items
-from capeval.testing.tiny_clip import build_tiny_clip
+from capeval.shapes import example_items
+from capeval.shapes.tiny_clip import build_tiny_clip
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 import capeval
 from capeval.clip import model_identity
 from capeval.clip.model_identity import config_digest, hash_tokenizer, hash_weights, tokenizer_digest
-from capeval.testing.shapes import example_items
-from capeval.testing.tiny_clip import (
+from capeval.shapes import example_items
+from capeval.shapes.tiny_clip import (
     BOS_ID,
     EOS_ID,
     build_clip_tokenizer,
@@ -198,7 +198,7 @@ def test_a_vocabulary_swap_the_key_does_not_read_keeps_the_kept_digest():
 def test_a_sentencepiece_tokenizer_is_named_by_its_model_not_its_folder(tmp_path):
     from transformers import SiglipTokenizer
 
-    from capeval.testing.tiny_families import siglip_tokenizer
+    from capeval_dev.testing.tiny_families import siglip_tokenizer
 
     built = siglip_tokenizer(tmp_path / "spm")
     built.save_pretrained(tmp_path / "one")
@@ -284,7 +284,7 @@ def test_the_bench_cache_keeps_the_scores_of_two_tokenizers_apart(model, tmp_pat
     from PIL import Image
 
     from capeval.bench import ScoreCache, metric_from_callable, run_benchmark
-    from capeval.perf.models import mix_shared_component
+    from capeval_dev.perf.models import mix_shared_component
 
     mix_shared_component(model)  # cosines of a trained CLIP's range: CLIP-S not clipped to 0, Kendall defined
     root = tmp_path / "images"

@@ -24,7 +24,7 @@ import capeval
 from capeval.cli import main
 from capeval.clip.backbones import DEFAULT_MODEL, clear_cache, load_backbone
 from capeval.clip.model_sources import HubModelUnavailableError, shipped_shapes_clip
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from authors_reference import authors_text_features
 
 import capeval
 from capeval.clip.backbones import clear_cache
+from capeval.shapes.tiny_clip import build_tiny_clip
 from capeval.signature import parse_signature
-from capeval.testing.tiny_clip import build_tiny_clip
 
 CANDIDATE = "man house man snow"
 REFERENCES = ["rides soup rides dog", "rides dog rides tree"]

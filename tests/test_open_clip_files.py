@@ -4,7 +4,7 @@ name and pretrained tag, or with open_clip's own open_clip_config.json beside it
 Independent references: the CLIP authors' clip/model.py ``build_model`` on the same state dict (open_clip's ViT
 names are OpenAI's; QuickGELU, 64-wide heads; for GELU architectures its QuickGELU is swapped for torch's exact
 GELU, which open_clip uses), fed open_clip's own inputs: its evaluation transform restated as the PIL calls it makes
-(``capeval.testing.open_clip_reference.open_clip_pixels``) and token ids from its own ``SimpleTokenizer`` (open_clip
+(``capeval_dev.testing.open_clip_reference.open_clip_pixels``) and token ids from its own ``SimpleTokenizer`` (open_clip
 3.3.0's ``tokenizer.py``, loaded by path); and the same weights saved as a transformers folder."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 from capeval.diagnostics.categories import TruncationWarning
-from capeval.testing.open_clip_layout import open_clip_state_dict, write_open_clip_file
-from capeval.testing.shapes import example_items
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval.shapes import example_items
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval_dev.testing.open_clip_layout import open_clip_state_dict, write_open_clip_file
 
 PREFIX = "A photo depicts"
 OPENAI_PRE = {"mean": list(OPENAI_IMAGE_MEAN), "std": list(OPENAI_IMAGE_STD)}
@@ -55,7 +55,7 @@ def tiny_model(act: str = "quick_gelu", seed: int = 0):
 
 def open_clip_tensor(images, size: int, resize_mode: str, mean=None, std=None) -> torch.Tensor:
     """open_clip's evaluation transform: its PIL steps, then ToTensor (/255) and Normalize, in float32."""
-    from capeval.testing.open_clip_reference import open_clip_pixels
+    from capeval_dev.testing.open_clip_reference import open_clip_pixels
 
     pixels = np.stack([open_clip_pixels(img, size, resize_mode) for img in images]).astype(np.float32) / 255
     m = np.asarray(mean or OPENAI_IMAGE_MEAN, dtype=np.float32)
@@ -67,8 +67,8 @@ def reference_clip_s(
     state_dict, captions, images, act: str, monkeypatch, squash: bool = False, mean=None, std=None
 ):
     """CLIP-S from the authors' model built on the open_clip state dict (see the module docstring)."""
-    from capeval.testing.open_clip_reference import open_clip_tokenize
-    from capeval.testing.openai_reference import model_module
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.openai_reference import model_module
 
     module = model_module()
     if act == "gelu":
@@ -215,7 +215,7 @@ def open_clip_files(tmp_path_factory):
 @pytest.mark.parametrize("resize_mode", ["shortest", "squash"])
 def test_every_image_mode_gets_the_pixels_of_open_clips_transform(open_clip_files, resize_mode):
     from capeval.clip.images import preprocess_image
-    from capeval.testing.open_clip_reference import open_clip_pixels
+    from capeval_dev.testing.open_clip_reference import open_clip_pixels
 
     backbone = load_backbone(str(open_clip_files[0][resize_mode]))
     for name, img in mode_images().items():
@@ -226,7 +226,7 @@ def test_every_image_mode_gets_the_pixels_of_open_clips_transform(open_clip_file
 def test_squash_drops_alpha_where_transformers_families_composite_it_onto_white(open_clip_files):
     from capeval.clip.image_geometry import ProcessorGeometry
     from capeval.clip.images import preprocess_image
-    from capeval.testing.open_clip_reference import open_clip_pixels
+    from capeval_dev.testing.open_clip_reference import open_clip_pixels
 
     squash = load_backbone(str(open_clip_files[0]["squash"])).image_size
     family = ProcessorGeometry(32, ("exact", 32, 32), None, 3)  # a SigLIP-style processor: RGB first
@@ -264,8 +264,8 @@ def test_embeddings_of_odd_images_and_special_token_captions_equal_open_clips_in
 ):
     from capeval.clip.image_encoding import encode_images
     from capeval.clip.text_encoding import encode_texts
-    from capeval.testing.open_clip_reference import open_clip_tokenize
-    from capeval.testing.openai_reference import model_module
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.openai_reference import model_module
 
     paths, state_dict = open_clip_files
     backbone = load_backbone(str(paths[resize_mode]))
@@ -288,8 +288,8 @@ def test_embeddings_of_odd_images_and_special_token_captions_equal_open_clips_in
 def test_special_token_text_is_read_as_open_clip_reads_it_only_for_open_clip_files(tmp_path, open_clip_files):
     from capeval.clip.families import tokenize_texts
     from capeval.clip.text_encoding import encode_texts
-    from capeval.testing.open_clip_reference import open_clip_tokenize
-    from capeval.testing.openai_reference import openai_tokenize
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.openai_reference import openai_tokenize
 
     file_backbone = load_backbone(str(open_clip_files[0]["shortest"]))
     folder = save_clip_folder(tiny_model(), build_clip_tokenizer(), tmp_path / "hf")
@@ -575,7 +575,7 @@ def test_a_real_architecture_by_name_and_tag(tmp_path, world, monkeypatch):
     # constants (laion2b_s34b_b79k), shorter side to 224 and a centre crop.
     from transformers import CLIPModel
 
-    from capeval.testing.tiny_clip import vit_b32_config
+    from capeval.shapes.tiny_clip import vit_b32_config
 
     images, captions, _ = world
     config = vit_b32_config()

@@ -75,7 +75,14 @@ def test_wheel_built_from_the_sdist_carries_the_modules_demo_and_shapes_clip(dis
         assert f"capeval/_modules/{metric}/{metric}.py" in names
         assert f"capeval/_modules/{metric}/README.md" in names
     assert "capeval/demo/builder.py" in names and "capeval/integrations/hub.py" in names
-    assert "capeval/testing/assets/shapes-clip/config.json" in names
+    assert "capeval/shapes/assets/shapes-clip/config.json" in names
+    # what only the tests and the benchmark scripts use stays in the clone
+    assert not [n for n in names if n.startswith(("capeval_dev/", "capeval/perf/"))]
+    assert not [
+        n
+        for n in names
+        if n.startswith("capeval/testing/") and not n.endswith(("__init__.py", "shapes.py", "tiny_clip.py"))
+    ]
     assert not any(n.endswith((".pyc", ".pyi")) for n in names)
 
 
@@ -102,7 +109,7 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
         import capeval, evaluate
         from importlib.metadata import version
         from capeval.integrations.evaluate_modules import module_path
-        from capeval.testing.shapes import Scene, draw, shapes_clip_path
+        from capeval.shapes import Scene, draw, shapes_clip_path
         assert capeval.__file__.startswith({str(venv)!r}), capeval.__file__
         assert version("capeval") == {__version__!r}
         for name in capeval.METRICS:
@@ -176,7 +183,7 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
         import capeval, evaluate
         from capeval.diagnostics.extras import MissingExtraError
         from capeval.integrations.evaluate_modules import module_path
-        from capeval.testing.shapes import shapes_clip_path
+        from capeval.shapes import shapes_clip_path
         assert capeval.__file__.startswith({str(venv)!r}), capeval.__file__
         model = str(shapes_clip_path())
         candidates = json.load(open({str(shapes / "candidates.json")!r}))

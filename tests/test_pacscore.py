@@ -20,7 +20,7 @@ from capeval.clip.backbones import clear_cache
 from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint
 from capeval.clip.checkpoints.layout import CheckpointWarning
 from capeval.pacscore import PACScore
-from capeval.testing.tiny_clip import build_tiny_clip
+from capeval.shapes.tiny_clip import build_tiny_clip
 
 REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = ["a red square", "two dogs playing in the snow", "a bowl of soup on a table"]

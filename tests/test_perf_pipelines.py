@@ -10,16 +10,16 @@ from PIL import Image
 
 import capeval
 from capeval.clip.backbones import load_backbone
-from capeval.perf import pipelines
-from capeval.perf.models import mix_shared_component
-from capeval.perf.workload import CANDIDATES_PER_IMAGE, make_image_caption_workload
+from capeval_dev.perf import pipelines
+from capeval_dev.perf.models import mix_shared_component
+from capeval_dev.perf.workload import CANDIDATES_PER_IMAGE, make_image_caption_workload
 
 
 @pytest.fixture(scope="module")
 def positive_clip(tmp_path_factory):
     from transformers import CLIPModel
 
-    from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+    from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
     torch.manual_seed(0)
     model = CLIPModel(tiny_clip_config(image_size=48, patch_size=16)).eval()

@@ -11,7 +11,7 @@ import torch
 import capeval
 from capeval.clip.image_encoding import encode_images
 from capeval.clip.text_encoding import encode_texts
-from capeval.perf.simulated import SleepingCLIP, simulated_backbone
+from capeval_dev.perf.simulated import SleepingCLIP, simulated_backbone
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import gradio as gr
 import pytest
 
 from capeval.integrations.hub import front_matter, parse_variables, push_spaces, requirement, stage_space
-from capeval.perf.module_loading import child_env, example_inputs, load_in_fresh_process
 from capeval.registry import METRICS
+from capeval_dev.perf.module_loading import child_env, example_inputs, load_in_fresh_process
 
 
 def _push_script(repo_root):

@@ -24,8 +24,8 @@ from capeval.corpus import ray_engine  # noqa: E402
 from capeval.corpus.run import score_corpus  # noqa: E402
 from capeval.corpus.shard_outputs import input_record  # noqa: E402
 from capeval.corpus.shards import Shard  # noqa: E402
-from capeval.testing.shapes import shapes_clip_path  # noqa: E402
-from capeval.testing.shapes_shards import write_shapes_shards  # noqa: E402
+from capeval.shapes import shapes_clip_path  # noqa: E402
+from capeval_dev.testing.shapes_shards import write_shapes_shards  # noqa: E402
 
 pytestmark = pytest.mark.slow
 MODEL = str(shapes_clip_path())

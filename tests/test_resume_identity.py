@@ -16,7 +16,7 @@ import pytest
 
 from capeval.corpus.run import score_corpus
 from capeval.diagnostics.categories import InputChangedWarning
-from capeval.testing.shapes import Scene, draw, shapes_clip_path
+from capeval.shapes import Scene, draw, shapes_clip_path
 
 MODEL = str(shapes_clip_path())
 SCENES = [

@@ -23,8 +23,8 @@ from capeval.corpus.row_batches import (
 from capeval.corpus.row_scoring import prepare_rows
 from capeval.corpus.run import score_corpus
 from capeval.corpus.shards import list_shards
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 
 MODEL = str(shapes_clip_path())
 

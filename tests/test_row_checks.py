@@ -205,7 +205,7 @@ def test_a_reference_over_the_caption_size_cap_is_refused_naming_its_size():
 
 @pytest.mark.slow
 def test_lone_surrogates_in_jsonl_rows_and_tar_sidecars_are_error_rows_on_both_engines(tmp_path, local_ray):
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
     from tests.hostile_shards import write_tar
 
     Image.fromarray(np.zeros((24, 24, 3), np.uint8)).save(tmp_path / "a.png")

@@ -1,4 +1,4 @@
-"""The drawn-shapes world (capeval.testing.shapes) and the committed shapes CLIP trained on it."""
+"""The drawn-shapes world (capeval.shapes) and the committed shapes CLIP trained on it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capeval.testing import shapes as S
-from capeval.testing.shapes import COLORS, POSITIONS, SHAPES, Scene, caption, draw, paraphrase
+from capeval import shapes as S
+from capeval.shapes import COLORS, POSITIONS, SHAPES, Scene, caption, draw, paraphrase
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "shapes"
@@ -227,6 +227,18 @@ def test_committed_example_folder_is_what_make_example_folder_writes(tmp_path):
     assert sum(p.stat().st_size for p in EXAMPLES.rglob("*") if p.is_file()) < 300_000
 
 
+def test_python_m_capeval_shapes_writes_the_committed_example_folder_and_prints_the_models_folder(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "examples"
+    done = subprocess.run([sys.executable, "-m", "capeval.shapes", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(S.shapes_clip_path())
+    for name in ("candidates.json", "references.json", "pairs.jsonl", "images/shapes00.png"):
+        assert (out / name).read_bytes() == (EXAMPLES / name).read_bytes()
+
+
 def test_example_folder_mixes_right_and_wrong_candidates_with_paraphrase_references():
     candidates = json.loads((EXAMPLES / "candidates.json").read_text())
     references = json.loads((EXAMPLES / "references.json").read_text())
@@ -262,7 +274,7 @@ def test_shapes_clip_folder_is_a_small_complete_transformers_folder(shapes_backb
 
 
 def test_shapes_clip_meets_its_accuracy_targets_on_held_out_drawings():
-    from capeval.testing.shapes_training import evaluate_shapes_clip
+    from capeval.shapes.training import evaluate_shapes_clip
 
     # A seed other than the one training.json reports: drawings neither trained on nor tuned on.
     result = evaluate_shapes_clip(S.shapes_clip_path(), n_images=300, seed=2024)
@@ -325,7 +337,7 @@ def test_clipscore_puts_every_right_example_candidate_above_every_wrong_one():
 
 
 def _tiny_cfg(**kw):
-    from capeval.testing.shapes_training import ShapesTrainConfig
+    from capeval.shapes.training import ShapesTrainConfig
 
     base = dict(
         steps=2, batch_size=12, image_size=32, patch_size=8, width=32, layers=1, heads=2, projection_dim=16
@@ -335,7 +347,7 @@ def _tiny_cfg(**kw):
 
 def test_training_writes_a_folder_that_capeval_loads_and_scores_with(tmp_path):
     import capeval
-    from capeval.testing.shapes_training import train_shapes_clip
+    from capeval.shapes.training import train_shapes_clip
 
     result = train_shapes_clip(tmp_path / "m", _tiny_cfg(), log_every=0)
     assert result["final_loss"] > 0 and result["config"]["steps"] == 2
@@ -348,7 +360,7 @@ def test_training_writes_a_folder_that_capeval_loads_and_scores_with(tmp_path):
 def test_training_is_reproducible_for_a_seed(tmp_path):
     from safetensors.torch import load_file
 
-    from capeval.testing.shapes_training import train_shapes_clip
+    from capeval.shapes.training import train_shapes_clip
 
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         train_shapes_clip(tmp_path / name, _tiny_cfg(seed=seed), log_every=0)

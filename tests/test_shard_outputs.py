@@ -27,8 +27,8 @@ from capeval.cli import main
 from capeval.corpus.lock import FolderInUseError, OutputLock
 from capeval.corpus.run import score_corpus
 from capeval.diagnostics.categories import DamagedFileWarning, DuplicateKeyWarning, InputChangedWarning
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_shards import write_shapes_shards
+from capeval.shapes import shapes_clip_path
+from capeval_dev.testing.shapes_shards import write_shapes_shards
 
 MODEL = str(shapes_clip_path())
 ENGINES = ["local", pytest.param("ray", marks=pytest.mark.slow)]

@@ -16,7 +16,7 @@ from capeval.corpus.reader import read_shard
 from capeval.corpus.run import score_corpus
 from capeval.corpus.shards import MAX_MEMBER_BYTES, ShardReadError, list_shards
 from capeval.corpus.tar_members import MAX_CHAINED_HEADERS, MAX_EXTENDED_HEADER_BYTES
-from capeval.testing.shapes import shapes_clip_path
+from capeval.shapes import shapes_clip_path
 from capeval.validation import MAX_REFERENCES
 from tests import hostile_shards as H
 

@@ -7,7 +7,7 @@
 - SigLIP was trained on texts padded to 64 without an attention mask, pooling the last position: capeval passes no
   mask, so its embedding is the model's ids-only call and not the masked ``model(**processor(...))`` one.
 
-The models are tiny random ones built offline (``capeval.testing.tiny_families``); the SigLIP 2 one carries a Gemma
+The models are tiny random ones built offline (``capeval_dev.testing.tiny_families``); the SigLIP 2 one carries a Gemma
 tokenizer whose files are laid out as the released ones (see ``gemma_tokenizer``).
 """
 
@@ -26,7 +26,7 @@ import capeval
 from capeval.clip.backbones import load_backbone
 from capeval.clip.families import FAMILIES, lower_cases, tokenize_texts
 from capeval.clip.text_encoding import encode_texts
-from capeval.testing.tiny_families import build_tiny_family, build_tiny_siglip2
+from capeval_dev.testing.tiny_families import build_tiny_family, build_tiny_siglip2
 
 CAPTIONS = ["a photo of a dog running on the beach", "a red square and a blue circle", "a man", "a big cat"]
 
@@ -231,7 +231,7 @@ def gemma_sentencepiece(tmp_path_factory):
     import sentencepiece as spm
     from transformers import GemmaTokenizer
 
-    from capeval.testing.tiny_families import _CORPUS
+    from capeval_dev.testing.tiny_families import _CORPUS
 
     folder = tmp_path_factory.mktemp("gemma_sp")
     corpus = folder / "corpus.txt"

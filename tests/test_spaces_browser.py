@@ -22,7 +22,7 @@ from PIL import Image
 
 from capeval.demo import launch
 from capeval.demo.examples import EXAMPLE_SCENES
-from capeval.testing.shapes import caption, shapes_clip_path
+from capeval.shapes import caption, shapes_clip_path
 
 pytestmark = pytest.mark.browser
 

@@ -33,7 +33,7 @@ from capeval.demo.models import (
     loading,
     model_choices,
 )
-from capeval.testing.shapes import caption, shapes_clip_path
+from capeval.shapes import caption, shapes_clip_path
 
 # Any 40 hex digits: the cache's refs/main names the snapshot folder.
 COMMIT = "3d74acf9a28c67741b2f4f2ea7635f0aaf6f0268"
@@ -208,7 +208,7 @@ def test_the_fallback_banner_says_the_model_is_the_shapes_clip_and_why(default_e
 
 def test_the_caption_box_suggests_captions_the_model_in_use_knows(tiny_clip_dir):
     from capeval.demo.models import placeholder_captions
-    from capeval.testing.shapes_scenes import all_captions
+    from capeval.shapes.scenes import all_captions
 
     shapes = placeholder_captions(ModelPlan(str(shapes_clip_path()), SHAPES_FALLBACK, "offline"))
     assert set(shapes.splitlines()) <= set(all_captions())

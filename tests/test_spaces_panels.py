@@ -23,7 +23,7 @@ from capeval.demo.examples import (
 from capeval.demo.panels_text import transport_flows
 from capeval.demo.panels_video import token_frame_similarity
 from capeval.registry import METRICS
-from capeval.testing.shapes import caption, draw_frames, shapes_clip_path
+from capeval.shapes import caption, draw_frames, shapes_clip_path
 
 SCENE = EXAMPLE_SCENES[0]
 CAPTIONS = candidate_captions(SCENE)

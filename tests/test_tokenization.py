@@ -7,7 +7,7 @@ import random
 import pytest
 
 from capeval.clip.tokenization import clean_caption, tokenize_captions, with_prefix
-from capeval.testing.openai_reference import openai_tokenize
+from capeval_dev.testing.openai_reference import openai_tokenize
 
 UNICODE_AND_ODD = [
     "café naïve ﬁne “quoted” ｆｕｌｌ-width 😀 日本語",
@@ -39,7 +39,7 @@ def _captions(benchmarks_root) -> list[str]:
 
 @pytest.fixture(scope="module")
 def clip_tokenizer():
-    from capeval.testing.tiny_clip import build_clip_tokenizer
+    from capeval.shapes.tiny_clip import build_clip_tokenizer
 
     return build_clip_tokenizer()
 
@@ -53,7 +53,7 @@ def test_token_ids_equal_the_authors_tokenizer_on_hundreds_of_captions(clip_toke
     theirs = openai_tokenize(captions)
     mismatches = [(c, a[:10], b[:10]) for c, a, b in zip(captions, ours, theirs, strict=True) if a != b]
     assert mismatches == []
-    from capeval.testing.openai_reference import simple_tokenizer
+    from capeval_dev.testing.openai_reference import simple_tokenizer
 
     too_long = sum(len(simple_tokenizer().encode(c)) + 2 > 77 for c in captions)
     assert too_long >= 4
@@ -189,7 +189,7 @@ SPECIAL_TEXT_CAPTIONS = [
 def test_open_clip_special_text_gives_open_clips_own_tokenizer_ids(clip_tokenizer):
     import string
 
-    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
 
     rng = random.Random(2)
     alphabet = string.ascii_letters + " <>|_'.,!&;" + "éß"
@@ -300,7 +300,7 @@ def test_generated_captions_get_the_ids_of_openais_tokenizer(clip_tokenizer):
 
 
 def test_generated_captions_get_the_ids_of_open_clips_tokenizer_for_open_clip_text(clip_tokenizer):
-    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
 
     captions = _generated_captions(3000, seed=4)
     ours, _ = tokenize_captions(clip_tokenizer, captions, 77, special_text="open_clip")
@@ -309,7 +309,7 @@ def test_generated_captions_get_the_ids_of_open_clips_tokenizer_for_open_clip_te
 
 
 def test_a_word_final_capital_sigma_is_final_sigma_for_open_clip_files_too(clip_tokenizer):
-    from capeval.testing.open_clip_reference import open_clip_tokenize
+    from capeval_dev.testing.open_clip_reference import open_clip_tokenize
 
     ours, _ = tokenize_captions(clip_tokenizer, ["ΟΔΟΣ", "ΣΑ"], 77, special_text="open_clip")
     assert ours == open_clip_tokenize(["ΟΔΟΣ", "ΣΑ"])

@@ -44,7 +44,7 @@ def test_model_folder_without_tokenizer_files_is_refused_naming_the_files(tiny_c
 
 def test_model_folder_with_vocab_but_no_merges_names_merges_txt(tiny_clip_dir, tmp_path):
     from capeval.clip.backbones import load_backbone
-    from capeval.testing.tiny_clip import clip_vocab_and_merges
+    from capeval.shapes.tiny_clip import clip_vocab_and_merges
 
     folder = _folder_copy(tiny_clip_dir, tmp_path, "vocab-only", ("tokenizer.json",))
     (folder / "vocab.json").write_text(json.dumps(clip_vocab_and_merges()[0]))

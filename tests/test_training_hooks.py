@@ -12,7 +12,7 @@ from transformers import EvalPrediction
 
 import capeval
 from capeval.integrations.trainer import make_compute_metrics
-from capeval.testing.shapes import all_scenes, caption, draw, random_scene, shapes_clip_path
+from capeval.shapes import all_scenes, caption, draw, random_scene, shapes_clip_path
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 PAD, BOS, EOS = 0, 1, 2

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from capeval.bench import exclude_candidates_in_references, load_flickr8k_expert
-from capeval.perf.text import gensim_wmd_loop, wmd_speed
 from capeval.wmd import WMD
+from capeval_dev.perf.text import gensim_wmd_loop, wmd_speed
 
 N_CANDIDATES = 2000
 

@@ -6,7 +6,7 @@ options both the torchmetrics class and capeval's callable are built with.
 
 from __future__ import annotations
 
-from capeval.testing.shapes import (
+from capeval.shapes import (
     all_scenes,
     caption,
     draw,

@@ -56,7 +56,7 @@ Examples:
     The committed shapes CLIP (a tiny CLIP trained on drawn shapes) runs offline:
 
     >>> import evaluate
-    >>> from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    >>> from capeval.shapes import Scene, draw, shapes_clip_path
     >>> clipscore = evaluate.load("metrics/clipscore")  # or capeval.load("clipscore") after pip install
     >>> image = draw(Scene("red", "circle", "left"))
     >>> results = clipscore.compute(

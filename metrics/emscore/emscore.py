@@ -69,7 +69,7 @@ Examples:
     The committed shapes CLIP (a tiny CLIP trained on drawn shapes) runs offline; a list of frames is a video:
 
     >>> import evaluate
-    >>> from capeval.testing.shapes import Scene, draw_frames, shapes_clip_path
+    >>> from capeval.shapes import Scene, draw_frames, shapes_clip_path
     >>> emscore = evaluate.load("metrics/emscore")  # or capeval.load("emscore") after pip install
     >>> clip = draw_frames(Scene("red", "circle", "left"), n_frames=6)
     >>> results = emscore.compute(

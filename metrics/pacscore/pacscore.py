@@ -65,7 +65,7 @@ Examples:
     CLIP trained on drawn shapes) stands in for one:
 
     >>> import evaluate
-    >>> from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    >>> from capeval.shapes import Scene, draw, shapes_clip_path
     >>> pacscore = evaluate.load("metrics/pacscore")  # or capeval.load("pacscore") after pip install
     >>> image = draw(Scene("red", "circle", "left"))
     >>> results = pacscore.compute(

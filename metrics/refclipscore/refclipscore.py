@@ -58,7 +58,7 @@ Returns:
     signature (`str`): model, revision and every option that changes the numbers, with library versions.
 Examples:
     >>> import evaluate
-    >>> from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    >>> from capeval.shapes import Scene, draw, shapes_clip_path
     >>> refclipscore = evaluate.load("metrics/refclipscore")
     >>> image = draw(Scene("green", "triangle", "top"))
     >>> results = refclipscore.compute(

@@ -24,8 +24,8 @@ def _looks_like_path(model: str) -> bool:
 
 def shipped_shapes_clip() -> Path:
     """The folder of the small CLIP trained on drawn shapes that ships inside the package
-    (``capeval.testing.shapes.shapes_clip_path()`` returns it): it loads offline, for trying capeval out."""
-    return Path(__file__).resolve().parents[1] / "testing" / "assets" / "shapes-clip"
+    (``capeval.shapes.shapes_clip_path()`` returns it): it loads offline, for trying capeval out."""
+    return Path(__file__).resolve().parents[1] / "shapes" / "assets" / "shapes-clip"
 
 
 def local_model_advice(command_line: bool = False) -> str:

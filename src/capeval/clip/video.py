@@ -298,7 +298,7 @@ def write_video(
 ) -> Path:
     """Encode frames (PIL images or (H, W, 3) uint8 arrays of one size) into a video file with PyAV.
 
-    For tests, demos and examples (e.g. a clip of ``capeval.testing.shapes.draw_frames``). H.264 needs even
+    For tests, demos and examples (e.g. a clip of ``capeval.shapes.draw_frames``). H.264 needs even
     sides: odd-sized frames are cropped by one pixel.
 
     Returns:

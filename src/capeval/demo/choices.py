@@ -34,7 +34,7 @@ class Choice:
 
 def shapes_clip() -> str | None:
     """Folder of the tiny CLIP trained on drawn shapes (ships with capeval), ``None`` if it is missing."""
-    from capeval.testing.shapes import shapes_clip_path
+    from capeval.shapes import shapes_clip_path
 
     path = shapes_clip_path()
     return str(path) if (path / "config.json").is_file() else None

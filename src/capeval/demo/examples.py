@@ -1,6 +1,6 @@
 """Example inputs of the demos: pictures and short clips of the drawn-shapes world.
 
-They are drawn by ``capeval.testing.shapes`` (deterministically) into a folder under the system's temp
+They are drawn by ``capeval.shapes`` (deterministically) into a folder under the system's temp
 directory the first time a demo is built, so an installed package or a published Space needs no extra
 files, and the shapes CLIP (the offline demo model) scores them meaningfully.
 """
@@ -11,8 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from capeval.testing.shapes_drawing import draw, draw_frames
-from capeval.testing.shapes_scenes import Scene, all_scenes, caption, mismatched
+from capeval.shapes.drawing import draw, draw_frames
+from capeval.shapes.scenes import Scene, all_scenes, caption, mismatched
 
 EXAMPLE_SCENES = (
     Scene("red", "circle", "left"),
@@ -67,6 +67,6 @@ def candidate_captions(scene: Scene) -> list[str]:
 
 def references_for(scene: Scene) -> list[str]:
     """Two reference captions of the scene, other wordings than the canonical caption."""
-    from capeval.testing.shapes_scenes import paraphrase
+    from capeval.shapes.scenes import paraphrase
 
     return list(dict.fromkeys(paraphrase(scene, rng=seed) for seed in (0, 1, 2)))[:2]

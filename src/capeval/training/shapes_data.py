@@ -11,9 +11,9 @@ import random
 
 import torch
 
-from capeval.testing.shapes import shapes_clip_path
-from capeval.testing.shapes_drawing import draw, redraw_variant
-from capeval.testing.shapes_scenes import all_scenes, caption, paraphrase, random_scene
+from capeval.shapes import shapes_clip_path
+from capeval.shapes.drawing import draw, redraw_variant
+from capeval.shapes.scenes import all_scenes, caption, paraphrase, random_scene
 
 
 def shapes_pacs_dataset(n: int, seed: int = 0):
@@ -41,7 +41,7 @@ def shapes_pacs_dataset(n: int, seed: int = 0):
 
 def held_out_scenes(n: int, seed: int = 10_000) -> tuple[list, list]:
     """``n`` drawings from their own seed (half of them variants), cycling through every scene."""
-    from capeval.testing.shapes_training import held_out_images
+    from capeval.shapes.training import held_out_images
 
     return held_out_images(n, seed)
 
@@ -67,7 +67,7 @@ def caption_ranking_accuracy(
 
 def random_start_clip(out_dir, seed: int = 0):
     """A random tiny CLIP (real tokenizer, 64 px input): room to improve everywhere (about 1/75 top-1)."""
-    from capeval.testing.tiny_clip import build_tiny_clip, tiny_clip_config
+    from capeval.shapes.tiny_clip import build_tiny_clip, tiny_clip_config
 
     config = tiny_clip_config(
         hidden_size=64, layers=2, heads=1, image_size=64, patch_size=8, projection_dim=64

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
 from capeval.clip.images import normalize_pixels, resize_and_crop
 from capeval.clip.tokenization import PREFIX, tokenize_captions, with_prefix
-from capeval.testing.shapes_drawing import draw, redraw_variant
-from capeval.testing.shapes_scenes import COLORS, POSITIONS, SHAPES, Scene, all_scenes, caption, paraphrase
-from capeval.testing.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
+from capeval.shapes.drawing import draw, redraw_variant
+from capeval.shapes.scenes import COLORS, POSITIONS, SHAPES, Scene, all_scenes, caption, paraphrase
+from capeval.shapes.tiny_clip import build_clip_tokenizer, save_clip_folder, tiny_clip_config
 
 
 @dataclass

@@ -86,8 +86,8 @@ def make_shapes_workload(n_pairs: int, seed: int = 0) -> ImageCaptionWorkload:
     candidate that is right or wrong in one attribute, and three paraphrases of its scene as references."""
     import random
 
-    from capeval.testing.shapes_drawing import draw
-    from capeval.testing.shapes_scenes import caption, mismatched, paraphrase, random_scene
+    from capeval.shapes.drawing import draw
+    from capeval.shapes.scenes import caption, mismatched, paraphrase, random_scene
 
     rng = random.Random(seed)
     images, candidates, references = [], [], []

@@ -2,7 +2,7 @@
 
 CLIP preprocessing resizes the shorter side and centre-crops a square, so every shape is placed inside
 the central square of the canvas, whatever its aspect ratio: a "left" shape survives the crop.
-``capeval.testing.shapes`` re-exports these names. This module needs only PIL (no torch).
+``capeval.shapes`` re-exports these names. This module needs only PIL (no torch).
 
 >>> draw(Scene("green", "triangle", "top")).size
 (128, 128)
@@ -15,7 +15,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from capeval.testing.shapes_scenes import COLORS, Rand, Scene
+from capeval.shapes.scenes import COLORS, Rand, Scene
 
 DEFAULT_SIZE = (128, 128)
 BACKGROUND = (255, 255, 255)

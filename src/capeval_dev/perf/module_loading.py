@@ -2,7 +2,7 @@
 refuses the connection or never answers: fresh processes against a local stand-in for the Hub (``HF_ENDPOINT``).
 
 Used by ``scripts/bench_module_loading.py`` (the times docs/guides/evaluate.md quotes) and ``tests/test_install_modules.py``.
-The child process is this module run as a script (``python -m capeval.perf.module_loading SPEC``): it imports
+The child process is this module run as a script (``python -m capeval_dev.perf.module_loading SPEC``): it imports
 evaluate and capeval first, so the time of each ``evaluate.load`` is the look-up and import of the module alone.
 """
 
@@ -139,7 +139,7 @@ def load_in_fresh_process(
     """
     spec = json.dumps({"load": list(targets), "compute": list(compute)})
     done = subprocess.run(
-        [sys.executable, "-m", "capeval.perf.module_loading", spec],
+        [sys.executable, "-m", "capeval_dev.perf.module_loading", spec],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -156,7 +156,7 @@ def load_in_fresh_process(
 def example_inputs(name: str) -> dict:
     """Inputs on which each of the six modules computes offline: two drawn scenes, the committed shapes CLIP (also
     as PAC-S's converted checkpoint) and the packaged word vectors."""
-    from capeval.testing.shapes import Scene, draw, shapes_clip_path
+    from capeval.shapes import Scene, draw, shapes_clip_path
 
     clip = str(shapes_clip_path())
     predictions = ["a red circle on the left", "a blue square on the right"]

@@ -14,8 +14,8 @@ import json
 import tarfile
 from pathlib import Path
 
-from capeval.testing.shapes import example_items
-from capeval.testing.shapes_scenes import all_scenes
+from capeval.shapes import example_items
+from capeval.shapes.scenes import all_scenes
 
 SHARD_DIGITS = 5  # img2dataset: oom_shard_count for fewer than 100,000 shards
 SAMPLE_DIGITS = 4  # img2dataset: oom_sample_per_shard for up to 10,000 samples per shard

@@ -18,7 +18,7 @@ from capeval.clip.backbones import Backbone
 from capeval.clip.image_encoding import default_workers, encode_images, image_reader
 from capeval.clip.text_encoding import encode_texts, pad_batch, tokenize_unique
 from capeval.clip.tokenization import clear_word_cache
-from capeval.perf.workload import _caption, draw_photo_like
+from capeval_dev.perf.workload import _caption, draw_photo_like
 
 
 def make_jpeg_corpus(root: str | Path, n_files: int, n_distinct: int = 256, seed: int = 0) -> list[str]:

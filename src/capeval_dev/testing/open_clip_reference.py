@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 from PIL import Image
 
-from capeval.testing.openai_reference import torchvision_resize_center_crop
+from capeval_dev.testing.openai_reference import torchvision_resize_center_crop
 
 OPEN_CLIP_VERSION = "3.3.0"
 _INSTALL = f"pip install --no-deps open_clip_torch=={OPEN_CLIP_VERSION}"

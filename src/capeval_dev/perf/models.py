@@ -38,7 +38,7 @@ def build_benchmark_clip(arch: str, folder: str | Path, seed: int = 0) -> Path:
     """A random ``vit-b32`` or ``vit-l14`` CLIP with the real tokenizer and positive cosines, saved to ``folder``."""
     from transformers import CLIPModel
 
-    from capeval.testing.tiny_clip import (
+    from capeval.shapes.tiny_clip import (
         build_clip_tokenizer,
         save_clip_folder,
         vit_b32_config,

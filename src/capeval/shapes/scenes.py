@@ -2,7 +2,7 @@
 
 Each scene is a colour, a shape and a position (5 x 3 x 5 = 75 scenes). ``caption`` gives its canonical
 English caption, ``paraphrase`` and ``paraphrases`` other wordings, ``mismatched`` the same scene with one
-attribute wrong (the hard negatives). ``capeval.testing.shapes`` re-exports these names.
+attribute wrong (the hard negatives). ``capeval.shapes`` re-exports these names.
 
 ``rng`` arguments accept a ``random.Random``, a ``numpy.random.Generator`` or an int seed (``Rand`` puts
 one interface over the three).
