@@ -34,7 +34,7 @@ def _median_time(fn, repeats: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capeval.bench.significance import _abs_mean, _batch, _permutation_p, compare
+    from capeval.significance.paired_tests import _abs_mean, _batch, _permutation_p, compare
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, nargs="+", default=[5000, 40_000])

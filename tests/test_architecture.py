@@ -29,12 +29,13 @@ MAY_IMPORT = {
     "shapes": {"shapes", "clip", "metrics"},
     "testing": {"testing", "shapes"},  # the former import path of the shapes world, nothing else imports it
     "training": {"training", "shapes", "metrics", "clip"},
-    "bench": {"bench", "metrics", "clip", "text"},
+    "significance": {"significance", "metrics"},
+    "bench": {"bench", "scoring", "significance", "corpus", "metrics", "clip", "text"},
     "integrations": {"integrations", "corpus", "metrics", "clip", "text"},
     "torchmetrics": {"torchmetrics", "metrics", "clip", "text"},
     "demo": {"demo", "integrations", "shapes", "metrics", "clip", "text"},
-    "scoring": {"scoring", "bench", "corpus", "metrics", "clip", "text"},
-    "cli": {"cli", "scoring", "bench", "corpus", "integrations", "metrics", "clip", "text"},
+    "scoring": {"scoring", "significance", "corpus", "metrics", "clip", "text"},
+    "cli": {"cli", "scoring", "significance", "bench", "corpus", "integrations", "metrics", "clip", "text"},
 }
 # diagnostics (the warning categories and run summaries) sits below every wing: any wing may import it.
 MAY_IMPORT["diagnostics"] = {"diagnostics"}

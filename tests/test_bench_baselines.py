@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capeval.bench.baselines import CocoBaseline, LengthBaseline, java_available, ptb_tokenize
+from capeval.scoring.baselines import CocoBaseline, LengthBaseline, java_available, ptb_tokenize
 
 pytestmark = pytest.mark.skipif(not java_available(), reason="pycocoevalcap's tokenizer and METEOR need Java")
 

@@ -24,8 +24,8 @@ from capeval.bench.cli import (
     add_bench_parser,
     main,
 )
-from capeval.bench.metrics import GROUPS, METRIC_NAMES, resolve_metrics
 from capeval.bench.runner import BenchmarkRun, MetricOutcome
+from capeval.scoring.metric_names import GROUPS, METRIC_NAMES, resolve_metrics
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 

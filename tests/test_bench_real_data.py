@@ -21,7 +21,7 @@ from capeval.bench import (
     remove_judged_from_references,
     vatex_eval_correlation,
 )
-from capeval.bench.baselines import java_available
+from capeval.scoring.baselines import java_available
 
 
 @pytest.fixture(scope="module")

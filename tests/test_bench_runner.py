@@ -18,8 +18,8 @@ from capeval.bench import (
     write_report,
 )
 from capeval.bench.cli import add_bench_parser, main
-from capeval.bench.metrics import resolve_metric
 from capeval.bench.published import published_values, sources
+from capeval.scoring.metric_names import resolve_metric
 
 FIX = Path(__file__).parent / "fixtures" / "bench"
 

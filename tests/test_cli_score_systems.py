@@ -173,7 +173,7 @@ def test_compare_adds_each_metrics_delta_to_the_baseline_with_its_interval_and_p
 
 
 def test_per_image_bleu_is_named_sentence_bleu_apart_from_the_corpus_bleu_of_the_table(coco, capsys):
-    from capeval.bench.baselines import CocoBaseline
+    from capeval.scoring.baselines import CocoBaseline
 
     out = coco / "per.json"
     rc = main(

@@ -200,7 +200,7 @@ def test_finite_scores_of_1e308_are_refused_naming_the_file_metric_and_image(tmp
     captured = capsys.readouterr()
     assert captured.err.strip() == (
         f"capeval: error: CLIPScore: {a!r} score at item 'im1' is 1e+308, beyond +-1e+100 "
-        "(capeval.bench.significance.MAX_ABS_SCORE): its sums and squares could overflow float64; "
+        "(capeval.significance.paired_tests.MAX_ABS_SCORE): its sums and squares could overflow float64; "
         "rescale the scores to compare them"
     )
     assert "p = " not in captured.out

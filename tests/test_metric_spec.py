@@ -215,10 +215,10 @@ def toy():
 
 
 def test_a_registered_metric_is_offered_by_every_interface(toy, tiny_clip_dir, tmp_path):
-    from capeval.bench.metrics import groups, resolve_metric
-    from capeval.bench.metrics import metric_names as bench_names
     from capeval.corpus.row_scoring import check_row_metrics
     from capeval.registry import row_image_metrics
+    from capeval.scoring.metric_names import groups, resolve_metric
+    from capeval.scoring.metric_names import metric_names as bench_names
 
     assert "toyscore" in metric_names() and "toyscore" not in shipped_metrics()
     assert "toyscore" in bench_names() and "toyscore" in groups()["image"]

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 import capeval
-from capeval.bench.significance import MAX_ABS_SCORE, Comparison, compare, compare_many, holm
+from capeval.significance.paired_tests import MAX_ABS_SCORE, Comparison, compare, compare_many, holm
 
 # Hand-worked example: differences d = a - b = (0.1, 0.2, 0.3, -0.2), observed mean 0.1, |sum| = 0.4.
 # Swapping the systems on an item flips the sign of its d. The 16 sign assignments of (0.1, 0.2, 0.3, 0.2)
@@ -282,7 +282,7 @@ def test_compare_many_tests_each_system_against_the_baseline_with_optional_holm(
 @pytest.mark.parametrize("method", ["permutation", "bootstrap"])
 def test_finite_scores_of_1e308_are_refused_not_given_p_zero(method):
     with pytest.raises(
-        ValueError, match=r"'b' score at index 0 is -1e\+308, beyond \+-1e\+100 \(capeval.bench"
+        ValueError, match=r"'b' score at index 0 is -1e\+308, beyond \+-1e\+100 \(capeval.significance"
     ):
         compare([0.5, 0.7], [-1e308, -1e308], method=method)
 
@@ -301,7 +301,7 @@ def test_scores_at_the_bound_give_finite_means_intervals_and_p_values_without_wa
 
 
 def test_paired_scores_are_float_arrays_with_the_names_as_strings():
-    from capeval.bench.significance import _paired_scores
+    from capeval.significance.paired_tests import _paired_scores
 
     a, b, name_a, name_b = _paired_scores({"scores": [1, 2]}, np.array([0.5, 0.25]), (7, "base"))
     assert a.dtype == b.dtype == np.float64 and a.tolist() == [1.0, 2.0] and b.tolist() == [0.5, 0.25]
@@ -318,14 +318,14 @@ def test_paired_scores_are_float_arrays_with_the_names_as_strings():
     ],
 )
 def test_paired_scores_refuse_unpaired_input_naming_the_systems(a, b, names, message):
-    from capeval.bench.significance import _paired_scores
+    from capeval.significance.paired_tests import _paired_scores
 
     with pytest.raises(ValueError, match=message):
         _paired_scores(a, b, names)
 
 
 def test_agreed_metric_is_the_given_name_else_the_signatures_metric():
-    from capeval.bench.significance import _agreed_metric
+    from capeval.significance.paired_tests import _agreed_metric
 
     result = {"scores": [1, 2], "signature": "wmd|vectors=glove"}
     assert _agreed_metric(result, dict(result), None) == "wmd"
@@ -335,14 +335,14 @@ def test_agreed_metric_is_the_given_name_else_the_signatures_metric():
 
 
 def test_agreed_metric_refuses_results_computed_with_other_options():
-    from capeval.bench.significance import _agreed_metric
+    from capeval.significance.paired_tests import _agreed_metric
 
     with pytest.raises(ValueError, match="computed differently .*'wmd\\|sigma=1' vs 'wmd\\|sigma=2'"):
         _agreed_metric({"signature": "wmd|sigma=1"}, {"signature": "wmd|sigma=2"}, "wmd")
 
 
 def test_p_value_of_the_permutation_test_enumerates_small_samples_exactly():
-    from capeval.bench.significance import _p_value
+    from capeval.significance.paired_tests import _p_value
 
     # d = (0.1, 0.2, 0.3, 0.4): only the all-plus and all-minus sign assignments reach |sum| >= 1.0.
     d = np.array([0.1, 0.2, 0.3, 0.4])
@@ -351,7 +351,7 @@ def test_p_value_of_the_permutation_test_enumerates_small_samples_exactly():
 
 
 def test_p_value_of_the_bootstrap_reads_the_resampled_means_it_is_given():
-    from capeval.bench.significance import _p_value
+    from capeval.significance.paired_tests import _p_value
 
     # mean(d) = 0.25; |means| = (0, 0.5, 1.0, 0.5) centred on their mean 0.5 give (-0.5, 0, 0.5, 0): one of
     # four is >= 0.25, so p = (1 + 1) / (4 + 1).

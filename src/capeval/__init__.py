@@ -39,9 +39,9 @@ _PUBLIC = {
     "score_distributed": "capeval.corpus.distributed",
     "score_corpus": "capeval.corpus.run",
     "score_systems": "capeval.scoring.systems",
-    "compare": "capeval.bench.significance",
-    "compare_many": "capeval.bench.significance",
-    "Comparison": "capeval.bench.significance",
+    "compare": "capeval.significance.paired_tests",
+    "compare_many": "capeval.significance.paired_tests",
+    "Comparison": "capeval.significance.paired_tests",
     # The defaults the evaluate modules declare, each defined (with its source) beside the code it configures.
     "DEFAULT_MODEL": "capeval.clip.backbones",
     "BATCH_SIZE": "capeval.clip.batching",

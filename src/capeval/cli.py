@@ -207,7 +207,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _add_compare_parser(sub, help: str) -> None:
-    from capeval.bench.compare_cli import add_compare_parser
+    from capeval.significance.cli import add_compare_parser
 
     add_compare_parser(sub, help)
 

@@ -323,7 +323,13 @@ def _nothing_scored(runs: Sequence[BenchmarkRun]) -> str | None:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from capeval.bench.benchmarks import BENCHMARKS
-    from capeval.bench.metrics import CAPEVAL_METRIC_NOTES, GROUPS, METRIC_NAMES, metric_needs, resolve_metric
+    from capeval.scoring.metric_names import (
+        CAPEVAL_METRIC_NOTES,
+        GROUPS,
+        METRIC_NAMES,
+        metric_needs,
+        resolve_metric,
+    )
 
     print("benchmarks (data folder under --data-dir):")
     for b in BENCHMARKS.values():

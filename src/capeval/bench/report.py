@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from capeval.bench.metrics import display_name
 from capeval.bench.plots import plot_run
 from capeval.bench.published import published_value, published_values, sources
 from capeval.bench.runner import BenchmarkRun
+from capeval.scoring.metric_names import display_name
 
 
 def format_cell(ours: float | None, published: float | None, digits: int = 1) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from capeval.bench._common import offline
 from capeval.bench.benchmark_types import Benchmark
 from capeval.bench.benchmarks import BENCHMARKS
-from capeval.bench.metrics import GROUPS, BenchMetric, resolve_metrics
+from capeval.scoring.metric_names import GROUPS, BenchMetric, resolve_metrics
 
 # The command-line flag of each loader option, for messages that say what to pass.
 FLAGS = {
@@ -116,7 +116,7 @@ def plan_run(
     Args:
         benchmarks: registry names, or ``[]`` / ``["all"]`` for every benchmark whose data is here. A benchmark
             named here must have its data folder under ``data_dir``.
-        metrics: as for :func:`capeval.bench.metrics.resolve_metrics`.
+        metrics: as for :func:`capeval.scoring.metric_names.resolve_metrics`.
         data_dir: folder holding one sub-folder per benchmark.
         options: loader and protocol options (``image_root``, ``video_root``, ``abstract_votes``, ...).
         metric_options: ``model``, ``checkpoint``, ``vectors``, ``device``, ...

@@ -21,8 +21,8 @@ from capeval.bench._common import offline
 from capeval.bench.benchmark_types import Benchmark, Setting, Unit
 from capeval.bench.benchmarks import get_benchmark
 from capeval.bench.cache import ScoreCache, unit_key
-from capeval.bench.metrics import BenchMetric, resolve_metric
 from capeval.diagnostics.run_warnings import summarised_warnings
+from capeval.scoring.metric_names import BenchMetric, resolve_metric
 
 logger = logging.getLogger("capeval.bench")
 
@@ -151,7 +151,7 @@ def run_benchmark(
 
     Args:
         benchmark: a registry name (``flickr8k_expert``, ``pascal50s``, ...) or a :class:`Benchmark`.
-        metrics: names, callables or :class:`BenchMetric` s (see :func:`capeval.bench.metrics.resolve_metric`).
+        metrics: names, callables or :class:`BenchMetric` s (see :func:`capeval.scoring.metric_names.resolve_metric`).
         data_dir: folder holding one sub-folder per benchmark (the layout of ``../shared/benchmarks``).
         path: the benchmark's own folder, overriding ``data_dir``.
         dataset: an already loaded (and protocol-filtered) dataset, overriding both.

@@ -1,6 +1,6 @@
 """Many metrics x many captioning systems on the same images, each image encoded once.
 
-Metric names go through the resolver of ``capeval bench`` (:func:`capeval.bench.metrics.resolve_metric`): the
+Metric names go through the resolver of ``capeval bench`` (:func:`capeval.scoring.metric_names.resolve_metric`): the
 capeval metrics, the pycocoevalcap baselines (``bleu1`` .. ``bleu4``, ``meteor``, ``rougeL``, ``cider``,
 ``spice``), the groups and ``package.module:callable``. A metric that cannot run here is refused by name before
 any model is loaded.
@@ -28,7 +28,7 @@ def column_name(key: str) -> str:
     The metrics the CLIPScore authors' script writes (``--save_per_instance``) keep its column names (each
     output's declared ``column``); every other metric is named as in ``capeval bench``'s tables.
     """
-    from capeval.bench.metrics import capeval_outputs, display_name
+    from capeval.scoring.metric_names import capeval_outputs, display_name
 
     outputs = capeval_outputs()
     if key in outputs and outputs[key][1].column:
@@ -40,7 +40,7 @@ def per_item_column(key: str) -> str:
     """The per-image name of a metric key: :func:`column_name`, except for the metrics whose corpus score is
     not the mean of their per-image scores (``bleu4`` -> ``sentence BLEU-4``), so a per-image file never holds
     the corpus score's name over numbers of another kind."""
-    from capeval.bench.baselines import CORPUS_NOT_MEAN, sentence_name
+    from capeval.significance.score_names import CORPUS_NOT_MEAN, sentence_name
 
     return sentence_name(key) if key in CORPUS_NOT_MEAN else column_name(key)
 
@@ -94,7 +94,7 @@ def resolve_metrics(specs: Sequence[str], **options):
     Raises:
         ValueError: an unknown name (from the resolver), or metrics that cannot run here, each named with why.
     """
-    from capeval.bench.metrics import resolve_metric
+    from capeval.scoring.metric_names import resolve_metric
 
     if not specs:
         raise ValueError("no metrics to score")
@@ -343,7 +343,7 @@ def compare_systems(
     Raises:
         ValueError: an unknown baseline, a single system, or a bad option of the test.
     """
-    from capeval.bench.significance import compare_many
+    from capeval.significance.paired_tests import compare_many
 
     if baseline not in result.systems:
         raise ValueError(f"baseline {baseline!r} is not one of the systems {result.systems}")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from capeval.signature import build_signature
+from capeval.significance.score_names import BASELINE_NAMES, CORPUS_NOT_MEAN
 
 _TOKENS: dict[str, str] = {}  # PTB tokenisation memo, shared by every baseline of the process
 
@@ -49,29 +50,9 @@ def _spice_missing() -> str | None:
     return None
 
 
-# pycocoevalcap's corpus BLEU and METEOR come from the whole corpus's statistics, not the mean of the per-caption
-# scores: a per-caption score (or a mean of them) of these is named "sentence <name>" wherever it is shown.
-CORPUS_NOT_MEAN = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor")
-SENTENCE = "sentence"
-
-
-def sentence_name(key: str) -> str:
-    """The name of a baseline's per-caption scores: ``sentence BLEU-4`` for BLEU and METEOR, whose corpus
-    score (named ``BLEU-4``) is not their mean; the table name otherwise."""
-    name = KINDS[key][0] if key in KINDS else key
-    return f"{SENTENCE} {name}" if key in CORPUS_NOT_MEAN else name
-
-
-KINDS = {
-    "bleu1": ("BLEU-1", False),
-    "bleu2": ("BLEU-2", False),
-    "bleu3": ("BLEU-3", False),
-    "bleu4": ("BLEU-4", False),
-    "meteor": ("METEOR", False),
-    "rougeL": ("ROUGE-L", False),
-    "cider": ("CIDEr", True),
-    "spice": ("SPICE", False),
-}
+# Each baseline's table name and whether its scores depend on the whole call (CIDEr's IDF comes from the
+# references of the whole call).
+KINDS = {key: (name, key == "cider") for key, name in BASELINE_NAMES.items()}
 
 
 class CocoBaseline:

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from capeval.bench.comparison import Comparison
 from capeval.diagnostics.extras import require_extra
+from capeval.significance.comparison import Comparison
 
 METHODS = ("permutation", "bootstrap")
 CORRECTIONS = ("none", "holm")
@@ -111,7 +111,7 @@ def check_magnitudes(
             head = f"{metric}: " if metric else ""
             raise ValueError(
                 f"{head}{name!r} score at {item} is {values[i]:g}, beyond +-{MAX_ABS_SCORE:g} "
-                "(capeval.bench.significance.MAX_ABS_SCORE): its sums and squares could overflow float64; "
+                "(capeval.significance.paired_tests.MAX_ABS_SCORE): its sums and squares could overflow float64; "
                 "rescale the scores to compare them"
             )
 

@@ -1,6 +1,6 @@
 """The result of a paired significance test: a ``Comparison`` record and its one-line summary.
 
-:mod:`capeval.bench.significance` computes it (``compare``, ``compare_many``); ``capeval compare`` prints its
+:mod:`capeval.significance.paired_tests` computes it (``compare``, ``compare_many``); ``capeval compare`` prints its
 summary, ``capeval score --baseline`` tabulates its fields.
 """
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capeval.bench.baselines import CocoBaseline, LengthBaseline
+from capeval.scoring.baselines import CocoBaseline, LengthBaseline
 
 BASELINE_GROUP = ["bleu1", "bleu4", "meteor", "rougeL", "cider", "spice"]
 
@@ -162,7 +162,7 @@ class BenchMetric:
 
 def display_name(key: str) -> str:
     """The table name of a metric key (``bleu4`` -> ``BLEU-4``); unknown keys are returned as they are."""
-    from capeval.bench.baselines import KINDS
+    from capeval.scoring.baselines import KINDS
 
     if key in KINDS:
         return KINDS[key][0]

@@ -2,7 +2,7 @@
 
 Reads two per-image score files as ``capeval score --save-per-instance`` writes them (the CLIPScore authors'
 layout, ``{image_id: {"CLIPScore": 0.71, ...}}``; ``{image_id: score}`` is read too), pairs the images by id
-and runs :func:`capeval.bench.significance.compare` on every metric the two files share (or those named by
+and runs :func:`capeval.significance.paired_tests.compare` on every metric the two files share (or those named by
 ``--metrics``), one line (or one JSON object) per metric.
 """
 
@@ -15,10 +15,10 @@ import re
 import sys
 from pathlib import Path
 
-from capeval.bench.baselines import CORPUS_NOT_MEAN, SENTENCE, sentence_name
-from capeval.bench.significance import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
 from capeval.diagnostics.extras import require_extra
 from capeval.json_files import read_json_file
+from capeval.significance.paired_tests import CONFIDENCE, METHODS, N_RESAMPLES, check_magnitudes, compare
+from capeval.significance.score_names import CORPUS_NOT_MEAN, SENTENCE, sentence_name
 
 # Registry names of the metrics whose per-image columns carry the CLIPScore authors' names.
 _ALIASES = {"pacscore": "pacs", "refpacscore": "refpacs"}
