@@ -340,7 +340,7 @@ def test_run_settings_carry_the_options_under_the_planners_names(tmp_path):
 def test_score_benchmark_runs_what_the_plan_allows_and_records_its_refusals(
     tmp_path, capsys, empty_hub_cache
 ):
-    from capeval.bench.run_plan import plan_run
+    from capeval.bench.benchmark_plan import plan_run
 
     args = _bench_args("run", "-m", "length", "image", "--data-dir", str(FIX), "--cache-dir", str(tmp_path))
     settings = _run_settings(args)
@@ -356,7 +356,7 @@ def _outcomes_run(**outcomes) -> BenchmarkRun:
 
 
 def test_print_run_names_unplanned_skips_and_prints_the_table_of_what_scored(capsys):
-    from capeval.bench.run_plan import RunPlan
+    from capeval.bench.benchmark_plan import RunPlan
 
     run = _outcomes_run(
         a=MetricOutcome("a", "A", skipped="failed:\n  RuntimeError"),
@@ -370,7 +370,7 @@ def test_print_run_names_unplanned_skips_and_prints_the_table_of_what_scored(cap
 
 
 def test_print_run_of_a_benchmark_not_run_says_why_on_one_line(capsys):
-    from capeval.bench.run_plan import RunPlan
+    from capeval.bench.benchmark_plan import RunPlan
 
     skipped = BenchmarkRun(BENCHMARKS["foil"], skipped="no FOIL files\nin data/foil")
     _print_run(skipped, RunPlan([], []), debug=True)

@@ -302,4 +302,4 @@ def test_capeval_torchmetrics_imports_without_a_warning_and_names_itself():
         from capeval.torchmetrics import EMScore
     assert package.__spec__.name == "capeval.torchmetrics" and capeval.torchmetrics is package
     assert EMScore is package.EMScore and issubclass(EMScore, package.CapevalMetric)
-    assert EMScore.__module__ == "capeval.torchmetrics.emscore"
+    assert EMScore.__module__ == "capeval.torchmetrics.video_metrics"

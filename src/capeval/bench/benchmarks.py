@@ -9,7 +9,6 @@ table and the notes the report prints. What a benchmark, a setting and a unit ar
 from __future__ import annotations
 
 from capeval.bench.benchmark_types import Benchmark
-from capeval.bench.hub import NEBULA_REPO, POLARIS_REPO
 from capeval.bench.pairwise_benchmarks import (
     _eval_foil,
     _eval_pairs,
@@ -19,6 +18,7 @@ from capeval.bench.pairwise_benchmarks import (
     _load_pascal,
     _pair_settings,
 )
+from capeval.bench.polaris_nebula import NEBULA_REPO, POLARIS_REPO
 from capeval.bench.rating_benchmarks import (
     _eval_expert,
     _eval_rating,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from capeval.bench.benchmark_plan import RunPlan
     from capeval.bench.benchmark_types import Benchmark
     from capeval.bench.cache import ScoreCache
-    from capeval.bench.run_plan import RunPlan
     from capeval.bench.runner import BenchmarkRun
 
 DEFAULT_METRICS = ["baselines", "length", "text", "image"]
@@ -222,9 +222,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from capeval.diagnostics.extras import require_extra
 
     require_extra("bench", "capeval bench run")
+    from capeval.bench.benchmark_plan import RunRefused, plan_run
     from capeval.bench.benchmarks import BENCHMARKS
     from capeval.bench.report import write_report
-    from capeval.bench.run_plan import RunRefused, plan_run
     from capeval.bench.runner import BenchmarkRun
 
     debug = args.debug or bool(os.environ.get("CAPEVAL_DEBUG"))

@@ -100,7 +100,7 @@ def _eval_vatex(ds, scores, opts):
 
 
 def _load_thumb(path: Path, opts: dict) -> datasets.Dataset:
-    from capeval.bench.systems import load_thumb
+    from capeval.bench.thumb import load_thumb
 
     return load_thumb(path, references=opts.get("thumb_references"), image_root=opts.get("image_root"))
 
@@ -122,12 +122,12 @@ def _eval_thumb(ds, scores, opts):
 
 
 def _load_polaris(path: Path, opts: dict) -> datasets.Dataset:
-    from capeval.bench.hub import load_polaris
+    from capeval.bench.polaris_nebula import load_polaris
 
     return load_polaris(path if path.exists() else None, split=opts.get("split", "test"))
 
 
 def _load_nebula(path: Path, opts: dict) -> datasets.Dataset:
-    from capeval.bench.hub import load_nebula
+    from capeval.bench.polaris_nebula import load_nebula
 
     return load_nebula(path if path.exists() else None, split=opts.get("split", "test"))

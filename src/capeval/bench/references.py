@@ -11,7 +11,7 @@ benchmark can look its references up from an image file name whatever layout the
   are recognised by their content, whatever the extension: THumB names its JSON-lines file ``.json``).
 
 THumB's own references (``mscoco/mscoco_references.json``: ``{"seg_id", "set_id", "refs"}`` per line) are keyed
-by segment, not by image; :func:`capeval.bench.systems.load_thumb` reads them with :func:`read_json_lines`.
+by segment, not by image; :func:`capeval.bench.thumb.load_thumb` reads them with :func:`read_json_lines`.
 """
 
 from __future__ import annotations

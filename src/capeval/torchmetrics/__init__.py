@@ -39,7 +39,7 @@ _PUBLIC = {
     "PACScore": "capeval.torchmetrics.image_metrics",
     "WMD": "capeval.torchmetrics.text_metrics",
     "WEmbSim": "capeval.torchmetrics.text_metrics",
-    "EMScore": "capeval.torchmetrics.emscore",
+    "EMScore": "capeval.torchmetrics.video_metrics",
     "CapevalMetric": "capeval.torchmetrics.metric",
 }
 __all__ = sorted(_PUBLIC)
