@@ -478,7 +478,7 @@ def test_pascal50s_cells_read_ours_published_difference_and_other_settings_go_un
     from capeval.bench.runner import BenchmarkRun, MetricOutcome
 
     values = {"HC": 0.654, "HI": 0.99, "HM": 0.93, "MM": 0.7, "mean": 0.81}
-    glove = "wmd|vectors=glove-6b-50d@kumo1.0.0-9abcdbc8:400000x50|normalize_vectors=False|capeval=0.1.0"
+    glove = "wmd|vectors=glove-6b-50d@kumo1.0.0-9abcdbc8:400000x50|normalize_vectors=False|capeval=0.2.0"
     run = BenchmarkRun(
         BENCHMARKS["pascal50s"],
         outcomes={

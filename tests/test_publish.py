@@ -44,7 +44,7 @@ def test_dry_run_writes_one_space_folder_per_metric_with_module_card_app_and_pin
         lines = [
             ln for ln in (folder / "requirements.txt").read_text().splitlines() if not ln.startswith("#")
         ]
-        assert lines[0] == "capeval[spaces]==0.1.0"
+        assert lines[0] == "capeval[spaces]==0.2.0"
         assert not any(ln.startswith("capeval") for ln in lines[1:])
 
 
@@ -96,7 +96,7 @@ def test_staged_app_builds_its_demo_with_its_own_card(staged, tiny_clip_dir, mon
 
 
 def test_requirement_pins_a_release_or_a_commit():
-    assert requirement() == "capeval[spaces]==0.1.0"
+    assert requirement() == "capeval[spaces]==0.2.0"
     assert requirement(version="0.2.0") == "capeval[spaces]==0.2.0"
     assert requirement(commit="0123abc") == "capeval[spaces] @ git+https://github.com/capeval/capeval@0123abc"
     with pytest.raises(ValueError, match="not a git commit"):

@@ -127,8 +127,8 @@ def test_a_fraction_printed_in_the_paper_is_kept_beside_its_value_times_100():
 
 
 def test_a_paper_in_another_setting_is_compared_only_with_a_run_in_that_setting():
-    glove = "wmd|vectors=glove-6b-50d@kumo1.0.0-9abcdbc8:400000x50|normalize_vectors=False|capeval=0.1.0"
-    w2v = "wmd|vectors=word2vec-google-news-300@abc|normalize_vectors=False|capeval=0.1.0"
+    glove = "wmd|vectors=glove-6b-50d@kumo1.0.0-9abcdbc8:400000x50|normalize_vectors=False|capeval=0.2.0"
+    w2v = "wmd|vectors=word2vec-google-news-300@abc|normalize_vectors=False|capeval=0.2.0"
     assert published_value("pascal50s", "wmd", "mean", glove) is None
     assert [p.value for p in published_elsewhere("pascal50s", "wmd", "mean", glove)] == [84.0]
     assert published_value("pascal50s", "wmd", "mean", w2v).value == 84.0

@@ -14,7 +14,7 @@ The package in wings (ARCHITECTURE.md): the metric callables at the top (``clips
 
 from capeval._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public names, imported on first use so `import capeval` stays light (no torch until needed).
 _PUBLIC = {
