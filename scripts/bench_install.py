@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -27,10 +28,10 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 
 
-def declared(extras: tuple[str, ...] = ()) -> list[Requirement]:
-    """capeval's requirements from ``pyproject.toml``: the core, plus those of ``extras`` (self-references
+def declared(extras: tuple[str, ...] = (), pyproject: Path = REPO / "pyproject.toml") -> list[Requirement]:
+    """capeval's requirements from ``pyproject``: the core, plus those of ``extras`` (self-references
     such as ``capeval[corpus]`` followed)."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads(pyproject.read_text())["project"]
     optional = project["optional-dependencies"]
     out = [Requirement(r) for r in project["dependencies"]]
     todo, seen = list(extras), set()
@@ -93,14 +94,41 @@ def size_on_disk(dists: dict[str, metadata.Distribution]) -> int:
     return total
 
 
-def import_figures(code: str, repeats: int) -> tuple[int, float]:
+def link_distributions(dists: dict[str, metadata.Distribution], folder: Path) -> None:
+    """``folder`` filled with links to what ``dists`` installed in site-packages: their install, no download."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for dist in dists.values():
+        for entry in top_level_entries(dist):
+            source = Path(dist.locate_file(entry))
+            if source.exists() and not (folder / entry).exists():
+                (folder / entry).symlink_to(source)
+
+
+def core_virtualenv(root: Path, core: dict[str, metadata.Distribution], wheel: Path) -> Path:
+    """A fresh virtualenv (no system site-packages) holding ``wheel`` and the ``core`` distributions (linked from
+    this environment through a ``.pth`` line): what ``pip install capeval`` gives. Returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", root], check=True)
+    python = root / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([python, "-c", where], capture_output=True, text=True, check=True).stdout.strip()
+    link_distributions(core, root / "core")
+    (Path(site) / "core_dependencies.pth").write_text(f"{root / 'core'}\n")
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    subprocess.run([*pip, wheel], check=True)
+    return python
+
+
+def import_figures(code: str, repeats: int, python: Path, src: Path | None) -> tuple[int, float]:
     """Modules imported and seconds (``-X importtime``'s cumulative microseconds summed over top-level
-    imports), medians over fresh interpreters."""
+    imports), medians over fresh interpreters of ``python`` (capeval from ``src`` where given)."""
     counts, seconds = [], []
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     for _ in range(repeats):
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True
-        )
+        cmd = [python, "-X", "importtime", "-c", code]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         rows = [line for line in done.stderr.splitlines() if line.startswith("import time:") and "|" in line]
         rows = rows[1:]  # the header
         counts.append(len(rows))
@@ -115,11 +143,19 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--wheel", type=Path, help="a built wheel, to report its size and what takes it")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=REPO,
+        help="measure another checkout (e.g. a worktree of an earlier commit)",
+    )
     args = parser.parse_args()
-    core = closure(declared())
-    full = closure(declared(("all",)))
+    pyproject = args.checkout / "pyproject.toml"
+    optional = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    core = closure(declared(pyproject=pyproject))
+    full = closure(declared(tuple(e for e in optional if e not in ("test", "docs")), pyproject=pyproject))
     print(f"core install: {len(core)} distributions, {size_on_disk(core) / 1e6:,.0f} MB")
-    print(f"capeval[all]: {len(full)} distributions, {size_on_disk(full) / 1e6:,.0f} MB")
+    print(f"every extra but test and docs: {len(full)} distributions, {size_on_disk(full) / 1e6:,.0f} MB")
     print(f"left out of the core: {', '.join(sorted(set(full) - set(core)))}")
     if args.wheel:
         with zipfile.ZipFile(args.wheel) as zf:
@@ -128,14 +164,23 @@ def main() -> None:
         biggest = sorted(infos, key=lambda i: -i.compress_size)[:5]
         for info in biggest:
             print(f"  {info.compress_size / 1e6:6.2f} MB  {info.filename}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load = "import capeval; capeval.load('clipscore')"
     corpus = (
         "from capeval.cli import main\ntry:\n    main(['corpus', '--help'])\nexcept SystemExit:\n    pass"
     )
-    for label, code in (("capeval.load('clipscore')", load), ("capeval corpus --help", corpus)):
-        count, secs = import_figures(code, args.repeats)
-        print(f"{label}: {count:,} modules imported, {secs:.2f} s of imports (median of {args.repeats})")
+    with tempfile.TemporaryDirectory() as tmp:
+        places = [("this environment", Path(sys.executable), args.checkout / "src")]
+        if args.wheel:
+            places.append(
+                ("the wheel with the core alone", core_virtualenv(Path(tmp), core, args.wheel), None)
+            )
+        for where, python, src in places:
+            for label, code in (("capeval.load('clipscore')", load), ("capeval corpus --help", corpus)):
+                count, secs = import_figures(code, args.repeats, python, src)
+                print(
+                    f"{where}: {label}: {count:,} modules imported, {secs:.2f} s of imports "
+                    f"(median of {args.repeats})"
+                )
 
 
 if __name__ == "__main__":
