@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -250,32 +251,6 @@ class RefCLIPScore(CLIPScore):
     def signature_options(self) -> dict[str, object]:
         return {**super().signature_options(), "clip_reference_cosine": self.clip_reference_cosine}
 
-    def _warn_near_zero_denominators(self, image_side, text_side, per) -> None:
-        """Warn, naming the items, where the harmonic mean's terms nearly cancel (the authors' formula, kept)."""
-        items = near_zero_denominators(image_side, text_side).tolist()
-        if not items:
-            return
-        ref, plain = ("RefPAC-S", "PAC-S") if self.name == "pacscore" else ("RefCLIP-S", "CLIP-S")
-        shown = "; ".join(
-            f"item {i}: {plain} {float(image_side[i]):.4g}, best-reference cosine {float(text_side[i]):.4g}, "
-            f"{ref} {float(per[i]):.4g}"
-            for i in items[:5]
-        )
-        more = f" (and {len(items) - 5} more: items {items[5:25]})" if len(items) > 5 else ""
-        eq = "eq. 5-6" if self.name == "pacscore" else "eq. 2"
-        fix = (
-            f"; clip_reference_cosine=True gives the paper's formula ({eq}), which clips the cosine at 0"
-            if not self.clip_reference_cosine
-            else ""
-        )
-        warnings.warn(
-            f"{ref}: {plain} + best-reference cosine is near zero for {len(items)} item(s) (|sum| < "
-            f"{NEAR_ZERO_DENOMINATOR:g} x (|{plain}| + |cosine|)), where the authors' harmonic mean 2ab/(a+b) "
-            f"leaves the range of its terms: {shown}{more}{fix}",
-            HarmonicMeanWarning,
-            stacklevel=user_stacklevel(),
-        )
-
     def __call__(
         self,
         predictions: Sequence[str],
@@ -327,19 +302,10 @@ class RefCLIPScore(CLIPScore):
         Raises:
             ValueError: no reference embeddings, or not one entry per prediction.
         """
-        n = len(text_emb)
-        if reference_emb is None or len(reference_emb) != n:
-            given = "none" if reference_emb is None else len(reference_emb)
-            raise ValueError(
-                f"{self.name} needs the reference embeddings of each of the {n} captions, got {given}"
-            )
-        owner = torch.cat([torch.full((len(r),), i, dtype=torch.long) for i, r in enumerate(reference_emb)])
-        ref_emb = torch.cat(list(reference_emb)) if n else text_emb[:0]
-        clip_per = clip_s(image_emb, text_emb, w=self.w)
-        best = best_reference_cosine(text_emb, ref_emb, owner, n)
-        per = ref_clip_s(clip_per, best, clip_reference_cosine=self.clip_reference_cosine)
-        text_side = best.clamp(min=0) if self.clip_reference_cosine else best
-        self._warn_near_zero_denominators(clip_per, text_side, per)
+        references = check_reference_embeddings(self.name, reference_emb, len(text_emb))
+        clip_per, per = reference_recipe(
+            image_emb, text_emb, references, self.w, self.clip_reference_cosine, REFCLIP_S_NAMES
+        )
         return {
             self.name: float(per.mean()),
             "scores": per.tolist(),
@@ -347,6 +313,89 @@ class RefCLIPScore(CLIPScore):
             "clip_s_scores": clip_per.tolist(),
             "signature": self.signature,
         }
+
+
+@dataclass(frozen=True)
+class HarmonicNames:
+    """How a harmonic-mean metric and its parts are named in its warning."""
+
+    metric: str  # RefCLIP-S
+    image_side: str  # CLIP-S
+    equation: str  # where the paper writes the clipped formula
+
+
+REFCLIP_S_NAMES = HarmonicNames("RefCLIP-S", "CLIP-S", "eq. 2")  # Hessel et al. 2021
+
+
+def check_reference_embeddings(name: str, reference_emb, n: int) -> Sequence[torch.Tensor]:
+    """``reference_emb``, one entry per caption, or a refusal naming the metric.
+
+    Raises:
+        ValueError: no reference embeddings, or not one entry per caption.
+    """
+    if reference_emb is None or len(reference_emb) != n:
+        given = "none" if reference_emb is None else len(reference_emb)
+        raise ValueError(f"{name} needs the reference embeddings of each of the {n} captions, got {given}")
+    return reference_emb
+
+
+def reference_recipe(
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    reference_emb: Sequence[torch.Tensor],
+    w: float,
+    clip_reference_cosine: bool,
+    names: HarmonicNames,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RefCLIP-S's recipe (RefPAC-S's too): CLIP-S per caption, and its harmonic mean with the best-reference
+    cosine, warning where the mean's terms nearly cancel.
+
+    Args:
+        image_emb (torch.Tensor): (N, D) L2-normalised image embeddings.
+        text_emb (torch.Tensor): (N, D) L2-normalised caption embeddings.
+        reference_emb: per caption, its (k_i, D) L2-normalised reference embeddings (k_i >= 1).
+        w: the CLIP-S weight.
+        clip_reference_cosine: the paper's max(0, cosine) instead of the authors' unclipped cosine.
+        names: the metric's names in its warning.
+
+    Returns:
+        tuple: (N,) CLIP-S and (N,) harmonic means.
+    """
+    n = len(text_emb)
+    owner = torch.cat([torch.full((len(r),), i, dtype=torch.long) for i, r in enumerate(reference_emb)])
+    ref_emb = torch.cat(list(reference_emb)) if n else text_emb[:0]
+    clip_per = clip_s(image_emb, text_emb, w=w)
+    best = best_reference_cosine(text_emb, ref_emb, owner, n)
+    per = ref_clip_s(clip_per, best, clip_reference_cosine=clip_reference_cosine)
+    text_side = best.clamp(min=0) if clip_reference_cosine else best
+    _warn_near_zero_denominators(clip_per, text_side, per, clip_reference_cosine, names)
+    return clip_per, per
+
+
+def _warn_near_zero_denominators(image_side, text_side, per, clip_reference_cosine: bool, names) -> None:
+    """Warn, naming the items, where the harmonic mean's terms nearly cancel (the authors' formula, kept)."""
+    items = near_zero_denominators(image_side, text_side).tolist()
+    if not items:
+        return
+    ref, plain = names.metric, names.image_side
+    shown = "; ".join(
+        f"item {i}: {plain} {float(image_side[i]):.4g}, best-reference cosine {float(text_side[i]):.4g}, "
+        f"{ref} {float(per[i]):.4g}"
+        for i in items[:5]
+    )
+    more = f" (and {len(items) - 5} more: items {items[5:25]})" if len(items) > 5 else ""
+    fix = (
+        f"; clip_reference_cosine=True gives the paper's formula ({names.equation}), which clips the cosine at 0"
+        if not clip_reference_cosine
+        else ""
+    )
+    warnings.warn(
+        f"{ref}: {plain} + best-reference cosine is near zero for {len(items)} item(s) (|sum| < "
+        f"{NEAR_ZERO_DENOMINATOR:g} x (|{plain}| + |cosine|)), where the authors' harmonic mean 2ab/(a+b) "
+        f"leaves the range of its terms: {shown}{more}{fix}",
+        HarmonicMeanWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 _CLIP_OPTIONS = (

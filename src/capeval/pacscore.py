@@ -23,13 +23,15 @@ from capeval.clip.checkpoints.layout import base_model_for
 from capeval.clip.checkpoints.load import checkpoint_geometry, missing_checkpoint_help
 from capeval.clip.checkpoints.locate import resolve_checkpoint
 from capeval.clip.tokenization import PREFIX
-from capeval.clipscore import CLIPScore, RefCLIPScore
+from capeval.clipscore import CLIPScore, HarmonicNames, check_reference_embeddings, reference_recipe
 from capeval.registry import MetricSpec, Option, Output
-from capeval.scores import W_PAC_S
+from capeval.scores import W_PAC_S, clip_s
 from capeval.validation import check_options, check_references, check_signature_text
 
+REFPAC_S_NAMES = HarmonicNames("RefPAC-S", "PAC-S", "eq. 5-6")  # Sarto et al. 2023
 
-class PACScore(RefCLIPScore):
+
+class PACScore(CLIPScore):
     """PAC-S per caption, and RefPAC-S when references are given.
 
     Args:
@@ -76,7 +78,7 @@ class PACScore(RefCLIPScore):
         check_signature_text("checkpoint", resolved.tag)
         options = dict(
             device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
-            num_workers=num_workers, progress=progress, clip_reference_cosine=clip_reference_cosine,
+            num_workers=num_workers, progress=progress,
         )  # fmt: skip
         if resolved.kind == "model_folder" and model is None:
             # A converted checkpoint is a whole model: load it as one, nothing goes on top.
@@ -89,6 +91,7 @@ class PACScore(RefCLIPScore):
             super().__init__(model=model, checkpoint=os.fspath(checkpoint), **options)
             self.checkpoint_tag = self.backbone.weights
             self.model_name = self.backbone.name
+        self.clip_reference_cosine = bool(clip_reference_cosine)
 
     def signature_options(self) -> dict[str, object]:
         options: dict[str, object] = {"model": self.model_name, "checkpoint": self.checkpoint_tag}
@@ -121,7 +124,7 @@ class PACScore(RefCLIPScore):
         Raises:
             ValueError, TypeError: no predictions, or an item refused, by index.
         """
-        predictions, _ = CLIPScore.checked_inputs(self, predictions)
+        predictions, _ = super().checked_inputs(predictions)
         if references is None:
             return predictions, None
         return predictions, check_references(references, len(predictions))
@@ -135,16 +138,18 @@ class PACScore(RefCLIPScore):
         """The scoring half (see ``CLIPScore.score_embeddings``): PAC-S, and RefPAC-S where ``reference_emb``
         (per prediction, its (k_i, D) reference embeddings) is given."""
         if reference_emb is None:
-            out = CLIPScore.score_embeddings(self, image_emb, text_emb)
-            return {"pacscore": out[self.name], "scores": out["scores"], "signature": out["signature"]}
-        # RefCLIPScore's recipe is RefPAC-S's; its keys are renamed (its headline sits under self.name).
-        out = RefCLIPScore.score_embeddings(self, image_emb, text_emb, reference_emb)
+            per = clip_s(image_emb, text_emb, w=self.w)
+            return {"pacscore": float(per.mean()), "scores": per.tolist(), "signature": self.signature}
+        references = check_reference_embeddings(self.name, reference_emb, len(text_emb))
+        pac_per, refpac_per = reference_recipe(
+            image_emb, text_emb, references, self.w, self.clip_reference_cosine, REFPAC_S_NAMES
+        )
         return {
-            "pacscore": out["clip_s"],
-            "scores": out["clip_s_scores"],
-            "refpacscore": out[self.name],
-            "refpacscore_scores": out["scores"],
-            "signature": out["signature"],
+            "pacscore": float(pac_per.mean()),
+            "scores": pac_per.tolist(),
+            "refpacscore": float(refpac_per.mean()),
+            "refpacscore_scores": refpac_per.tolist(),
+            "signature": self.signature,
         }
 
 
