@@ -100,6 +100,15 @@ def test_pacscore_and_refpacscore_equal_the_authors_recipe_on_their_model(
     assert set(out) == {"pacscore", "scores", "refpacscore", "refpacscore_scores", "signature"}
 
 
+def test_pac_s_is_an_image_text_scorer_composed_not_derived_from_refclip_s(pacs_file, target_dir):
+    from capeval import RefCLIPScore
+    from capeval.clip.image_text_scorer import ImageTextScorer
+
+    scorer = PACScore(checkpoint=str(pacs_file), model=str(target_dir), device="cpu")
+    assert isinstance(scorer, ImageTextScorer)
+    assert not isinstance(scorer, RefCLIPScore)
+
+
 def test_without_references_only_pac_s_is_returned(pacs_file, target_dir, images):
     scorer = PACScore(checkpoint=str(pacs_file), model=str(target_dir))
     out = scorer(CANDIDATES, images=images)

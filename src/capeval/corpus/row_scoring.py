@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from capeval.clip.image_text_scorer import ImageTextScorer
 
 
 def check_row_metrics(metrics: Sequence[str]) -> list[str]:
@@ -127,7 +130,7 @@ def per_row_fields(name: str, result: dict, n: int) -> dict[str, list]:
     return fields
 
 
-def _text_encoder(scorer, token_ids):
+def _text_encoder(scorer: ImageTextScorer, token_ids):
     """``scorer``'s own caption encoding (its model, prompt and batch size), taking the ids already made."""
     from capeval.clip.text_encoding import encode_texts
 
@@ -264,7 +267,9 @@ class RowScorer:
                     out["text_embedding"][i] = emb.cpu().numpy().astype(np.float16)
         return out
 
-    def _score_metric(self, name, scorer, batch, live, rows, columns, images) -> dict[int, Any]:
+    def _score_metric(
+        self, name: str, scorer: ImageTextScorer, batch, live, rows, columns, images
+    ) -> dict[int, Any]:
         """One metric's columns for ``rows`` (images encoded once per backbone, for every live row); returns each
         row's caption embedding."""
         import torch
@@ -275,9 +280,8 @@ class RowScorer:
         if id(backbone) not in images:
             # The prepared pixels as they lie (no copy when every row is live), one forward pass for the batch.
             pixels = batch["pixels"] if len(live) == len(batch["key"]) else batch["pixels"][live]
-            if (
-                not pixels.flags.writeable
-            ):  # Ray's object store hands out read-only arrays: torch warns of them
+            # Ray's object store hands out read-only arrays: torch warns of them
+            if not pixels.flags.writeable:
                 pixels = pixels.copy()
             emb = encode_pixels(backbone, torch.from_numpy(pixels), batch_size=max(1, len(live)))
             images[id(backbone)] = dict(zip(live, emb, strict=True))

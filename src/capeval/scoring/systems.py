@@ -140,8 +140,10 @@ def _image_backbone_scorer(metric):
     get = getattr(metric.fn, "scorer", None)
     if not metric.uses_images or not callable(get):
         return None
+    from capeval.clip.image_text_scorer import ImageTextScorer
+
     scorer = get()
-    return scorer if callable(getattr(scorer, "image_embeddings", None)) else None
+    return scorer if isinstance(scorer, ImageTextScorer) else None
 
 
 def score_systems(
