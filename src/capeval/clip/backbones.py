@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import threading
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,12 +225,16 @@ def load_backbone(
     local = folder.is_dir() and Path(os.path.expanduser(model)).is_dir()
     model_id = folder.name if local else model
     key = (str(folder) if local else model, revision, str(dev), dt, checkpoint)
+    return _cached(key, lambda: _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint))
+
+
+def _cached(key: tuple, build: Callable[[], Backbone]) -> Backbone:
+    """The backbone cached under ``key``, built by ``build`` the first time. The lock is held while building, so
+    two threads asking for one model load it once."""
     with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-        backbone = _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint)
-        _CACHE[key] = backbone
-        return backbone
+        if key not in _CACHE:
+            _CACHE[key] = build()
+        return _CACHE[key]
 
 
 def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
@@ -243,12 +248,7 @@ def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: 
     # The source holds the architecture and the tag's preprocessing, which a spec names and the file does not:
     # one file named under two architectures is two models.
     key = ("open_clip", source, revision, str(dev), dt, checkpoint)
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-        backbone = Backbone(**open_clip_fields(source, model, revision, dev, dt, checkpoint))
-        _CACHE[key] = backbone
-        return backbone
+    return _cached(key, lambda: Backbone(**open_clip_fields(source, model, revision, dev, dt, checkpoint)))
 
 
 def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
@@ -263,12 +263,7 @@ def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: s
     source = resolve_longclip(model)
     revision = files_sha256([source.path, *settings_files(source.path.parent)])
     key = ("longclip", source, revision, str(dev), dt)
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-        backbone = Backbone(**longclip_fields(source, model, revision, dev, dt))
-        _CACHE[key] = backbone
-        return backbone
+    return _cached(key, lambda: Backbone(**longclip_fields(source, model, revision, dev, dt)))
 
 
 def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Backbone:
