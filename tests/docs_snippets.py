@@ -5,7 +5,7 @@ A block is run as written, in a fresh folder of its own (``sandbox``) that holds
 comment right before a block (``<!-- snippet: WORD ... -->``, invisible on every rendered page) says what else
 CI does with it; ``MARKERS`` is the whole vocabulary, and docs/development.md explains it to writers.
 
-Printed output shown in the docs is checked: the comment lines right after a top-level ``print(...)`` in a
+Printed output shown in the docs is checked: the comment lines right after a top-level statement that prints in a
 Python block, the lines after each ``$ command`` of a ``console`` block, a ``text`` block marked ``output``
 (what the block before it prints) and the ``>>>`` examples of a ``pycon`` block; ``...`` matches anything.
 
@@ -200,14 +200,21 @@ def substituted(block: Block, shapes_clip: str) -> str:
     return code
 
 
+def _prints(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print" for n in ast.walk(node)
+    )
+
+
 def printed_expectations(code: str) -> list[str]:
-    """The outputs a Python block shows: the comment lines right after each top-level ``print(...)`` (in order)."""
+    """The outputs a Python block shows: the comment lines right after each top-level statement that prints
+    (a ``print(...)``, or a loop, ``with`` or ``if`` with one inside: the comments then show every line it
+    prints), in order."""
     tree = ast.parse(code)
     lines = code.splitlines()
     expected = []
     for node in tree.body:
-        call = node.value if isinstance(node, ast.Expr) else None
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print"):
+        if not _prints(node) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         shown, k = [], node.end_lineno  # 1-based end line: lines[k] is the next line
         while k < len(lines) and lines[k].startswith("#"):

@@ -26,6 +26,7 @@ import math
 import numbers
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,71 +114,153 @@ def score_corpus(
     Raises:
         EmptySourceError: the source holds no row. ValueError, TypeError: a setting or source refused, named.
     """
+    settings = CorpusSettings.of(locals())  # first: the keywords as given, one object from here on
     require_extra("corpus", "score_corpus")
     names = check_row_metrics(metrics)
-    options = _metric_options(names, dict(model=model, device=device, dtype=dtype, prefix=prefix, w=w,
-                                          checkpoint=checkpoint))  # fmt: skip
-    _check_settings(executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset)
-    ray_settings = _ray_settings(ray, executor)
-    corpus = _open(source, chunk_size, split, image_column, executor, allow_pipe, image_root)
-    columns = choose_columns(corpus.shards, {"caption": caption_column, "image": image_column,
-                                             "references": references_column, "id": id_column})  # fmt: skip
+    options = _metric_options(names, settings.metric_options)
+    settings.check()
+    corpus = _open(source, settings)
+    columns = choose_columns(corpus.shards, settings.columns_given)
     state = _process_state(executor, device, options)
-    embeddings = save_embeddings or embedding_layout
-    if not isinstance(raw_cosine, bool):
-        raise TypeError(f"raw_cosine must be True or False, got {type(raw_cosine).__name__} {raw_cosine!r}")
     scorer = RowScorer(
-        names, _driver_options(options, executor), embeddings=embeddings, raw_cosine=raw_cosine
+        names, _driver_options(options, executor), embeddings=settings.embeddings, raw_cosine=raw_cosine
     )
     plan = RunPlan(
-        corpus=corpus, executor=executor, columns=columns, chunk_size=chunk_size, batch_size=batch_size,
-        embeddings=embeddings, key_metric=_threshold_column(scorer, threshold_key),
-        cut={"threshold": threshold, "top_fraction": top_fraction}, num_workers=num_workers, progress=progress,
-        ray={**ray_settings, "options": options},
+        corpus=corpus,
+        executor=executor,
+        columns=columns,
+        chunk_size=chunk_size,
+        batch_size=batch_size,
+        embeddings=settings.embeddings,
+        key_metric=_threshold_column(scorer, threshold_key),
+        cut={"threshold": threshold, "top_fraction": top_fraction},
+        num_workers=num_workers,
+        progress=progress,
+        ray={**settings.ray_settings, "options": options},
         exports={"resharder_subset": resharder_subset, "embedding_layout": embedding_layout},
-    )  # fmt: skip
+    )
     if executor == "local":
         return run_local(plan, Path(output_dir), scorer, state)
     with claimed_output(Path(output_dir), plan.manifest(scorer), remove_stale_temporaries):
         return score_pending(plan, Path(output_dir), scorer, _run_ray)
 
 
-def _open(
-    source: Any,
-    chunk_size: int,
-    split: str | None,
-    image_column: str | None,
-    executor: str,
-    allow_pipe: bool,
-    image_root: str | os.PathLike | None,
-) -> Corpus:
+@dataclass(frozen=True)
+class CorpusSettings:
+    """The settings of one ``score_corpus`` call (its keywords, as given), made once and passed as one object.
+
+    ``check`` refuses what cannot run before anything is read or written; the properties give each step the part
+    it reads.
+    """
+
+    executor: str
+    caption_column: str | None
+    image_column: str | None
+    references_column: str | None
+    id_column: str | None
+    split: str | None
+    threshold: float | None
+    top_fraction: float | None
+    threshold_key: str | None
+    chunk_size: int
+    batch_size: int
+    num_workers: int | None
+    save_embeddings: bool
+    resharder_subset: bool
+    embedding_layout: bool
+    progress: bool | None
+    ray: dict[str, Any] | None
+    model: str | os.PathLike | None
+    device: str | None
+    dtype: str
+    prefix: str | None
+    w: float | None
+    checkpoint: str | os.PathLike | None
+    allow_pipe: bool
+    image_root: str | os.PathLike | None
+    raw_cosine: bool
+
+    @classmethod
+    def of(cls, given: dict[str, Any]) -> CorpusSettings:
+        """The settings among ``given`` (``score_corpus``'s arguments; the source and output are not settings)."""
+        return cls(**{name: given[name] for name in cls.__dataclass_fields__})
+
+    def check(self) -> None:
+        """Refuse settings before anything is read or written: an unknown executor, sizes that are not positive
+        integers, a cut that would filter silently wrong, a resharder subset without a cut, Ray settings off Ray.
+
+        Raises:
+            ValueError, TypeError: the setting, named with its value.
+        """
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        _check_sizes(chunk_size=self.chunk_size, batch_size=self.batch_size, num_workers=self.num_workers)
+        if self.executor == "ray" and self.num_workers == 0:
+            raise ValueError(
+                "num_workers=0 means no decoding worker on the local executor; on Ray it is the number of actors "
+                "holding a model, at least 1 (leave it unset for one per GPU, else 1)"
+            )
+        _check_cut(self.threshold, self.top_fraction)
+        if self.resharder_subset and self.threshold is None and self.top_fraction is None:
+            raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
+        if not isinstance(self.raw_cosine, bool):
+            raise TypeError(
+                f"raw_cosine must be True or False, got {type(self.raw_cosine).__name__} {self.raw_cosine!r}"
+            )
+        self.ray_settings  # noqa: B018 - checked now, before the source is opened
+
+    @property
+    def metric_options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("model", "device", "dtype", "prefix", "w", "checkpoint")}
+
+    @property
+    def columns_given(self) -> dict[str, str | None]:
+        return {
+            "caption": self.caption_column,
+            "image": self.image_column,
+            "references": self.references_column,
+            "id": self.id_column,
+        }
+
+    @property
+    def embeddings(self) -> bool:
+        """Embeddings are written (the clip-retrieval layout is made from them)."""
+        return self.save_embeddings or self.embedding_layout
+
+    @property
+    def ray_settings(self) -> dict[str, Any]:
+        """``address``, ``worker_gpus``, ``worker_cpus`` (None where unset).
+
+        Raises:
+            ValueError: Ray settings for the local executor, or an unknown one.
+        """
+        known = {"address", "worker_gpus", "worker_cpus"}
+        given = dict(self.ray or {})
+        if given and self.executor != "ray":
+            raise ValueError(f"ray={given} applies to executor='ray', not {self.executor!r}")
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(f"unknown Ray setting(s) {unknown}; known: {sorted(known)}")
+        return {k: given.get(k) for k in sorted(known)}
+
+
+def _open(source: Any, settings: CorpusSettings) -> Corpus:
     """The source as shards (``reader.open_corpus``); a streamed dataset, read in order by one process, is refused
     on Ray."""
-    corpus = open_corpus(source, chunk_size, split, image_column, allow_pipe, image_root)
-    if corpus.streamed and executor == "ray":
+    corpus = open_corpus(
+        source,
+        settings.chunk_size,
+        settings.split,
+        settings.image_column,
+        settings.allow_pipe,
+        settings.image_root,
+    )
+    if corpus.streamed and settings.executor == "ray":
         raise ValueError(
             "a streamed dataset is read in order by one process, so it runs on executor='local'; for Ray, save it "
             "with save_to_disk (or export Parquet shards) and give that"
         )
     return corpus
-
-
-def _check_settings(
-    executor, chunk_size, batch_size, num_workers, threshold, top_fraction, resharder_subset
-) -> None:
-    """Refuse settings before anything is read or written: an unknown executor, sizes that are not positive
-    integers, a cut that would filter silently wrong, a resharder subset without a cut."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    _check_sizes(chunk_size=chunk_size, batch_size=batch_size, num_workers=num_workers)
-    if executor == "ray" and num_workers == 0:
-        raise ValueError(
-            "num_workers=0 means no decoding worker on the local executor; on Ray it is the number of actors "
-            "holding a model, at least 1 (leave it unset for one per GPU, else 1)"
-        )
-    _check_cut(threshold, top_fraction)
-    if resharder_subset and threshold is None and top_fraction is None:
-        raise ValueError("resharder_subset writes the kept rows' uids: give threshold or top_fraction")
 
 
 def _process_state(executor: str, device: str | None, options: dict[str, Any]):
@@ -242,17 +325,6 @@ def _check_cut(threshold: Any, top_fraction: Any) -> None:
             raise ValueError(f"{name} must be a finite number, got {value!r}")
     if top_fraction is not None and not 0 < top_fraction <= 1:
         raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
-
-
-def _ray_settings(ray: dict[str, Any] | None, executor: str) -> dict[str, Any]:
-    known = {"address", "worker_gpus", "worker_cpus"}
-    settings = dict(ray or {})
-    if settings and executor != "ray":
-        raise ValueError(f"ray={settings} applies to executor='ray', not {executor!r}")
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"unknown Ray setting(s) {unknown}; known: {sorted(known)}")
-    return {k: settings.get(k) for k in sorted(known)}
 
 
 def _driver_options(options: dict[str, Any], executor: str) -> dict[str, Any]:
