@@ -59,6 +59,26 @@ def tiny_clip_dir_b(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def fresh_backbones():
+    """No loaded backbone shared with another test: the cache of ``load_backbone`` cleared before and after (a test
+    module asks for it for each of its tests with ``pytestmark = pytest.mark.usefixtures("fresh_backbones")``)."""
+    from capeval.clip.backbones import clear_cache
+
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_clip_dir):
+    """A finished run of 23 rows (two of them error rows): the corpus, its output folder, its options and its
+    summary (``tests/corpus_runs.py``), one per test module."""
+    from tests.corpus_runs import finish_a_run
+
+    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
+
+
+@pytest.fixture
 def pinned_threads(monkeypatch):
     """torch's threads pinned as a user pins them (``OMP_NUM_THREADS``), for tests comparing two corpus runs bit for
     bit: left to follow the host's load, the thread count can change between the runs, and the float sums' order

@@ -6,6 +6,7 @@ with random weights, saved the way PAC-S files are: ``{"state_dict": model.state
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import warnings
@@ -124,11 +125,9 @@ def target_dir(tmp_path_factory) -> Path:
     return build_tiny_clip(tmp_path_factory.mktemp("target"), seed=7, config=target_config())
 
 
-@pytest.fixture(autouse=True)
-def _fresh_backbones():
-    clear_cache()
-    yield
-    clear_cache()
+# Each test's loads are its own (a cached backbone would make a conversion test pass on an earlier load); the
+# converted reference that most tests read, ``pacs_backbone``, is loaded once for the module and held by its fixture.
+pytestmark = pytest.mark.usefixtures("fresh_backbones")
 
 
 def load(target, checkpoint, **kw):
@@ -137,9 +136,31 @@ def load(target, checkpoint, **kw):
         return load_backbone(str(target), device="cpu", checkpoint=str(checkpoint), **kw)
 
 
-def test_openai_layout_converts_exactly_to_the_authors_embeddings(reference, pacs_file, target_dir):
+@pytest.fixture(scope="module")
+def pacs_backbone(pacs_file, target_dir):
+    """The target with the reference's PAC-S file loaded over it: read, never changed, by the tests."""
+    clear_cache()
     backbone = load(target_dir, pacs_file)
-    image, text, normalised = max_diffs(reference, backbone)
+    clear_cache()
+    return backbone
+
+
+def target_with(target_dir: Path, folder: Path, towers=("text_config",), **changes) -> Path:
+    """``target_dir``'s weights under another architecture (``config.json``'s ``towers`` changed), the weight files
+    linked, not copied."""
+    folder.mkdir()
+    for item in target_dir.iterdir():
+        if item.name != "config.json":
+            (folder / item.name).symlink_to(item)
+    config = json.loads((target_dir / "config.json").read_text())
+    for tower in towers:
+        config[tower].update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_openai_layout_converts_exactly_to_the_authors_embeddings(reference, pacs_backbone):
+    image, text, normalised = max_diffs(reference, pacs_backbone)
     print(
         f"\nOpenAI layout, fp32: max|diff| image {image:.2e}, text {text:.2e}, normalised text {normalised:.2e}"
     )
@@ -156,22 +177,21 @@ def test_openclip_gelu_variant_converts_exactly(tmp_path):
 
 
 def test_dataparallel_prefix_and_bare_state_dict_load_the_same_weights(
-    reference, pacs_file, target_dir, tmp_path
+    reference, pacs_backbone, target_dir, tmp_path
 ):
     bare = tmp_path / "bare.pt"
     torch.save(reference.state_dict(), bare)
     prefixed = save_pacs(reference, tmp_path / "ddp.pth", prefix="module.")
-    want = load(target_dir, pacs_file).model.state_dict()
+    want = pacs_backbone.model.state_dict()
     for path in (bare, prefixed):
         clear_cache()
         got = load(target_dir, path).model.state_dict()
         assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-def test_every_target_tensor_is_replaced_and_position_ids_are_set(reference, pacs_file, target_dir):
+def test_every_target_tensor_is_replaced_and_position_ids_are_set(pacs_backbone, pacs_file, target_dir):
     before = load_backbone(str(target_dir), device="cpu").model.state_dict()
-    clear_cache()
-    model = load(target_dir, pacs_file).model
+    model = pacs_backbone.model
     converted = convert_openai_state_dict(read_state_dict(pacs_file))
     after = model.state_dict()
     assert set(after) == set(converted)
@@ -194,11 +214,11 @@ def test_fused_attention_is_split_in_q_k_v_order_and_projections_transposed(refe
     assert torch.equal(out["text_projection.weight"], sd["text_projection"].t())
 
 
-def test_signature_tag_names_the_files_sha256_prefix(pacs_file, target_dir):
+def test_signature_tag_names_the_files_sha256_prefix(pacs_file, pacs_backbone):
     import hashlib
 
     digest = hashlib.sha256(pacs_file.read_bytes()).hexdigest()[:12]
-    assert load(target_dir, pacs_file).weights == f"clip_ViT-tiny@sha256:{digest}"
+    assert pacs_backbone.weights == f"clip_ViT-tiny@sha256:{digest}"
 
 
 def test_checkpoint_equal_to_the_model_warns_that_scores_equal_clip_s(target_dir, tmp_path):
@@ -267,10 +287,8 @@ def test_resnet_clip_is_refused_with_the_reason():
         convert_openai_state_dict({"visual.layer1.0.conv1.weight": torch.zeros(1)})
 
 
-def test_head_count_other_than_the_authors_is_refused(pacs_file, tmp_path):
-    config = target_config()
-    config.text_config.num_attention_heads = 4
-    target = build_tiny_clip(tmp_path / "four-heads", config=config)
+def test_head_count_other_than_the_authors_is_refused(pacs_file, target_dir, tmp_path):
+    target = target_with(target_dir, tmp_path / "four-heads", num_attention_heads=4)
     with pytest.raises(ValueError, match="4 attention heads for width 128"):
         load(target, pacs_file)
 
@@ -366,15 +384,13 @@ def test_hub_file_is_downloaded_and_loaded(fake_hub, pacs_file, target_dir):
     assert backbone.weights.startswith(f"someone/pacs/{pacs_file.name}@sha256:")
 
 
-def test_hub_repo_of_a_converted_folder_is_loaded(fake_hub, pacs_file, target_dir, tmp_path):
+def test_hub_repo_of_a_converted_folder_is_loaded(fake_hub, pacs_backbone, target_dir, tmp_path):
     repos, calls = fake_hub
     converted = tmp_path / "converted"
-    load(target_dir, pacs_file).model.save_pretrained(converted)
+    pacs_backbone.model.save_pretrained(converted)
     repos["someone/pacs-converted"] = converted
-    clear_cache()
     got = load(target_dir, "someone/pacs-converted").model.state_dict()
-    clear_cache()
-    want = load(target_dir, pacs_file).model.state_dict()
+    want = pacs_backbone.model.state_dict()
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert ("someone/pacs-converted", "model.safetensors") in calls
 
@@ -390,23 +406,21 @@ def test_hub_errors_name_repo_file_and_cache(fake_hub, target_dir):
         load(target_dir, "offline/repo")
 
 
-def test_converted_folder_with_other_activation_or_heads_is_refused(pacs_file, target_dir, tmp_path):
-    from transformers import CLIPModel
-
+def test_converted_folder_with_other_activation_or_heads_is_refused(target_dir, tmp_path):
     for name, change in (("gelu", {"hidden_act": "gelu"}), ("heads", {"num_attention_heads": 4})):
-        config = target_config()
-        for key, value in change.items():
-            setattr(config.text_config, key, value)
-        CLIPModel(config).save_pretrained(tmp_path / name)
+        # the target's own tensors (same shapes) under another architecture
+        converted = target_with(target_dir, tmp_path / name, **change)
         with pytest.raises(ValueError, match=rf"another architecture.*text_config.{next(iter(change))}"):
-            load(target_dir, tmp_path / name)
+            load(target_dir, converted)
 
 
-def test_converted_folder_of_any_head_width_loads_into_its_own_architecture(tmp_path):
+def test_converted_folder_of_any_head_width_loads_into_its_own_architecture(target_dir, tmp_path):
     config = target_config()
     config.text_config.num_attention_heads = config.vision_config.num_attention_heads = 4  # 32-wide heads
     source = build_tiny_clip(tmp_path / "source", seed=1, config=config)
-    target = build_tiny_clip(tmp_path / "target", seed=2, config=config)
+    both = ("text_config", "vision_config")
+    # the same architecture, other weights (the target's, seed 7)
+    target = target_with(target_dir, tmp_path / "target", both, num_attention_heads=4)
     from transformers import CLIPModel
 
     want = CLIPModel.from_pretrained(source).state_dict()

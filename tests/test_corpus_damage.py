@@ -14,14 +14,7 @@ import pytest
 from capeval.cli import main
 from capeval.corpus.run import score_corpus
 from capeval.diagnostics.categories import DamagedFileWarning
-from tests.corpus_runs import finish_a_run
 from tests.test_corpus import read_scores
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_clip_dir):
-    """A finished run of 23 rows (two of them error rows): the corpus, its output folder and its options."""
-    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
 
 
 def _copy_run(reference: Path, tmp_path: Path) -> Path:

@@ -15,16 +15,9 @@ from capeval.cli import main
 from capeval.corpus.row_sources import EmptySourceError
 from capeval.corpus.run import score_corpus
 from capeval.shapes import shapes_clip_path
-from tests.corpus_runs import finish_a_run
 from tests.hostile_shards import jpeg, write_tar
 
 MODEL = str(shapes_clip_path())
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_clip_dir):
-    """A finished run of 23 rows (two of them error rows): the corpus, its output folder and its options."""
-    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
 
 
 # --- A source without rows is refused saying what it holds ---

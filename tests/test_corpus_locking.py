@@ -17,15 +17,7 @@ import capeval
 from capeval.cli import main
 from capeval.corpus.lock import FolderInUseError
 from capeval.corpus.run import score_corpus
-from tests.corpus_runs import finish_a_run
 from tests.test_corpus import read_scores
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_clip_dir):
-    """A finished run of 23 rows (two of them error rows): the corpus, its output folder and its options."""
-    return finish_a_run(tmp_path_factory.mktemp("finished-run"), str(tiny_clip_dir))
-
 
 # --- A folder another run holds is refused; a killed run takes its lock with it ---
 

@@ -4,12 +4,11 @@ out), set again before each shard."""
 
 from __future__ import annotations
 
+import io
 import os
-import subprocess
-import sys
 import time
+from types import SimpleNamespace
 
-import psutil
 import pytest
 import torch
 
@@ -55,46 +54,101 @@ def test_usable_cores_are_this_process_affinity():
 # --- measuring the others' load ----------------------------------------------------------------------------------
 
 
-@linux_only
-def test_a_process_spinning_beside_counts_as_load_unless_it_is_one_of_ours():
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)  # started
-        ours, theirs = CoreLoad(lambda: [spinner.pid]), CoreLoad()
-        before = psutil.Process(spinner.pid).cpu_times()
-        start = time.monotonic()
-        time.sleep(1.0)
-        seen_by_ours, seen_by_theirs = ours.busy_elsewhere(), theirs.busy_elsewhere()
-        after = psutil.Process(spinner.pid).cpu_times()
-        spun = (after.user + after.system - before.user - before.system) / (time.monotonic() - start)
-    finally:
-        spinner.kill()
-        spinner.wait()
-    # Over the same second, the two measures differ by the spinner's own use of a core (psutil's reading of it).
-    assert spun > 0.3
-    assert seen_by_theirs - seen_by_ours == pytest.approx(spun, abs=0.15)
+class _Host:
+    """A host as ``CoreLoad`` reads it: the busy seconds ``/proc/stat`` counts on the cores, each process's CPU
+    seconds, this process's own and the clock, all set by the test."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.wall = self.busy = self.own = 0.0
+        self.processes: dict[int, float] = {}
+        monkeypatch.setattr(cpu_share, "_busy_seconds", lambda cores: self.busy)
+        monkeypatch.setattr(cpu_share, "_process_seconds", lambda pid: self.processes.get(pid, 0.0))
+        clock = SimpleNamespace(monotonic=lambda: self.wall, process_time=lambda: self.own)
+        monkeypatch.setattr(cpu_share, "time", clock)
+
+    def run(self, seconds: float, own: float = 0.0, **others: float) -> None:
+        """``seconds`` pass; this process works ``own`` CPU seconds and each other (``pid<N>=cpu seconds``) its."""
+        self.wall += seconds
+        self.own += own
+        self.busy += own
+        for name, cpu in others.items():
+            pid = int(name.removeprefix("pid"))
+            self.processes[pid] = self.processes.get(pid, 0.0) + cpu
+            self.busy += cpu
 
 
-@linux_only
-def test_this_process_own_work_is_not_load():
-    cores = sorted(os.sched_getaffinity(0))
+def test_a_process_spinning_beside_counts_as_load_unless_it_is_one_of_ours(monkeypatch):
+    host = _Host(monkeypatch)
+    ours, theirs = CoreLoad(lambda: [42]), CoreLoad()
+    # Over a second, a worker of ours (pid 42) spins a core and a stranger (pid 7) uses a fifth of one.
+    host.run(1.0, own=0.3, pid42=1.0, pid7=0.2)
+    assert ours.busy_elsewhere() == pytest.approx(0.2)
+    # The spinner is load to a measure that does not own it.
+    assert theirs.busy_elsewhere() == pytest.approx(1.2)
+    host.run(2.0, pid42=2.0)  # measured since the previous call, over its own time
+    assert ours.busy_elsewhere() == pytest.approx(0.0)
+    assert theirs.busy_elsewhere() == pytest.approx(1.0)
+
+
+def test_this_process_own_work_is_not_load(monkeypatch):
+    host = _Host(monkeypatch)
     load = CoreLoad()
-    busy_before, own_before, wall_before = (
-        cpu_share._busy_seconds(cores),
-        time.process_time(),
-        time.monotonic(),
+    host.run(0.5, own=0.5)
+    assert load.busy_elsewhere() == pytest.approx(0.0)
+    host.run(0.5, own=0.5, pid9=0.25)  # our work and a stranger's: only the stranger's is load
+    assert load.busy_elsewhere() == pytest.approx(0.5)
+
+
+def test_the_load_is_never_negative_nor_measured_over_no_time(monkeypatch):
+    host = _Host(monkeypatch)
+    load = CoreLoad()
+    host.run(1.0, own=0.5)
+    host.busy -= 0.2  # /proc/stat counts in ticks: our own time can read above the cores' busy time
+    assert load.busy_elsewhere() == 0.0
+    host.busy += 5.0
+    assert load.busy_elsewhere() == 0.0  # no time passed since the previous call
+
+
+def test_proc_stat_is_read_as_the_given_cores_busy_seconds(monkeypatch):
+    stat = (
+        "cpu  900 9 90 9000 90 9 9 0 0 0\n"
+        "cpu0 100 5 50 1000 20 3 2 1 7 0\n"  # user nice system idle iowait irq softirq steal guest guest_nice
+        "cpu1 10 0 10 5000 400 0 0 0 0 0\n"
+        "cpu10 77 0 0 0 0 0 0 0 0 0\n"
+        "intr 12345 0 0\n"
     )
-    while time.process_time() - own_before < 0.5:
-        pass
-    elsewhere = load.busy_elsewhere()
-    busy = cpu_share._busy_seconds(cores) - busy_before
-    own = time.process_time() - own_before
-    wall = time.monotonic() - wall_before
-    # The kernel counted our 0.5 s of spinning as busy time on our cores; the load seen elsewhere is that busy
-    # time less ours (whatever else the host ran meanwhile), not the whole of it.
-    assert busy >= 0.9 * own
-    assert elsewhere == pytest.approx(max(0.0, (busy - own) / wall), abs=0.1)
-    assert elsewhere <= busy / wall - 0.8 * own / wall
+    monkeypatch.setattr(cpu_share, "open", lambda *a, **k: io.StringIO(stat), raising=False)
+    ticks = cpu_share._TICKS
+    # idle and I/O wait are not busy; guest time is in user already; cpu10 is not cpu1
+    assert cpu_share._busy_seconds([0]) == pytest.approx((100 + 5 + 50 + 3 + 2 + 1) / ticks)
+    assert cpu_share._busy_seconds([0, 1]) == pytest.approx((161 + 20) / ticks)
+    assert cpu_share._busy_seconds([]) is None
+
+
+def test_a_process_cpu_seconds_are_its_user_and_system_time(monkeypatch):
+    # proc(5): pid (comm) state ppid ... utime stime are fields 14 and 15; a command name may hold ") "
+    stat = "77 (a) b (c) S 1 77 77 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 0 0\n"
+    monkeypatch.setattr(cpu_share, "open", lambda *a, **k: io.StringIO(stat), raising=False)
+    assert cpu_share._process_seconds(77) == pytest.approx(300 / cpu_share._TICKS)
+
+
+def test_a_process_gone_has_no_cpu_seconds(monkeypatch):
+    def gone(path, *args, **kwargs):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(cpu_share, "open", gone, raising=False)
+    assert cpu_share._process_seconds(77) == 0.0
+
+
+@linux_only
+def test_the_real_proc_files_read_as_this_process_cpu_time_and_counters_that_only_grow():
+    cores = sorted(os.sched_getaffinity(0))
+    first = cpu_share._busy_seconds(cores)
+    # the same process's CPU time from the kernel's /proc/<pid>/stat and from the clock (ticks of 10 ms apart)
+    assert cpu_share._process_seconds(os.getpid()) == pytest.approx(time.process_time(), abs=0.1)
+    assert first is not None and first > 0
+    assert cpu_share._busy_seconds(cores) >= first
+    assert CoreLoad().busy_elsewhere() >= 0.0
 
 
 def test_without_proc_stat_the_load_is_zero(monkeypatch):

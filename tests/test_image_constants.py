@@ -28,12 +28,7 @@ from capeval.clip.image_constants import (
 LAION_L14 = "laion/CLIP-ViT-L-14-laion2B-s32B-b82K"  # the PAC-S ViT-L/14 base
 HALF = [0.5, 0.5, 0.5]
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    clear_cache()
-    yield
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("fresh_backbones")  # no backbone loaded by another test is reused
 
 
 def _copy(tiny_clip_dir: Path, folder: Path, mean=None, std=None, provenance: dict | None = None) -> Path:

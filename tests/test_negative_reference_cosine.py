@@ -18,12 +18,13 @@ import pytest
 from authors_reference import authors_text_features
 
 import capeval
-from capeval.clip.backbones import clear_cache
 from capeval.shapes.tiny_clip import build_tiny_clip
 from capeval.signature import parse_signature
 
 CANDIDATE = "man house man snow"
 REFERENCES = ["rides soup rides dog", "rides dog rides tree"]
+
+pytestmark = pytest.mark.usefixtures("fresh_backbones")  # no backbone loaded by another test is reused
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +39,6 @@ def embeddings(negative_clip):
 
     model = CLIPModel.from_pretrained(negative_clip).eval()
     return authors_text_features(model, [CANDIDATE]), authors_text_features(model, REFERENCES)
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    clear_cache()
-    yield
-    clear_cache()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from capeval.clip.backbones import clear_cache
 from capeval.training import PACSTrainConfig, info_nce, pacs_loss, train_pacs
 from capeval.training.shapes_data import (
     caption_ranking_accuracy,
@@ -23,6 +22,8 @@ from capeval.training.shapes_data import (
     shapes_clip_without_projections,
     shapes_pacs_dataset,
 )
+
+pytestmark = pytest.mark.usefixtures("fresh_backbones")  # no backbone loaded by another test is reused
 
 FAST = dict(
     batch_size=64, eval_every=50, patience=300, lr=1e-3
@@ -38,13 +39,6 @@ def data():
 def random_clip(tmp_path_factory):
     """A random tiny CLIP: room to improve everywhere (about 1/75 held-out top-1)."""
     return random_start_clip(tmp_path_factory.mktemp("start"), seed=0)
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    clear_cache()
-    yield
-    clear_cache()
 
 
 def test_info_nce_is_clips_symmetric_cross_entropy():
