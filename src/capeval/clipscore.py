@@ -111,9 +111,16 @@ class CLIPScore:
     ) -> None:
         # Every option is checked before the model loads: a bad one costs nothing.
         options = check_options(
-            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
-            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
-        )  # fmt: skip
+            model=model,
+            checkpoint=checkpoint,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
+        )
         self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
         # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
         check_signature_text("model", self.backbone.model_id)

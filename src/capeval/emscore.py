@@ -141,9 +141,15 @@ class EMScore:
     ) -> None:
         # Every option is checked before the checkpoint or the model is read.
         options = check_options(
-            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
-            num_frames=num_frames, num_workers=num_workers, progress=progress,
-        )  # fmt: skip
+            model=model,
+            checkpoint=checkpoint,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            num_frames=num_frames,
+            num_workers=num_workers,
+            progress=progress,
+        )
         self.num_frames = options["num_frames"]
         if batch_padding not in BATCH_PADDING:
             raise ValueError(

@@ -70,16 +70,28 @@ class PACScore(CLIPScore):
             raise ValueError(missing_checkpoint_help())
         # The options first: reading the checkpoint (below) is already work a bad option should not cost.
         check_options(
-            checkpoint=checkpoint, model=model, device=device, dtype=dtype, batch_size=batch_size,
-            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+            checkpoint=checkpoint,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
             clip_reference_cosine=clip_reference_cosine,
-        )  # fmt: skip
+        )
         resolved = resolve_checkpoint(checkpoint)
         check_signature_text("checkpoint", resolved.tag)
         options = dict(
-            device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
-            num_workers=num_workers, progress=progress,
-        )  # fmt: skip
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
+        )
         if resolved.kind == "model_folder" and model is None:
             # A converted checkpoint is a whole model: load it as one, nothing goes on top.
             super().__init__(model=str(resolved.path), **options)

@@ -102,9 +102,19 @@ def build_longclip_model(source: LongClipSource, what: str):
     sd = openai_state_dict(dict(sd), weights)
     g = ClipGeometry.from_state_dict(sd, weights)
     arch = OpenClipArchitecture(
-        g.embed_dim, g.image_size, g.patch_size, g.vision_width, g.vision_layers, HEAD_WIDTH, g.text_width,
-        g.text_width // HEAD_WIDTH, g.text_layers, g.context_length, g.vocab_size, quick_gelu=True,
-    )  # fmt: skip
+        g.embed_dim,
+        g.image_size,
+        g.patch_size,
+        g.vision_width,
+        g.vision_layers,
+        HEAD_WIDTH,
+        g.text_width,
+        g.text_width // HEAD_WIDTH,
+        g.text_layers,
+        g.context_length,
+        g.vocab_size,
+        quick_gelu=True,
+    )
     return clip_model_from_openai_names(sd, arch, weights, "a Long-CLIP ViT state dict")
 
 

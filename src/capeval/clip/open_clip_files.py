@@ -218,9 +218,16 @@ def build_open_clip_model(source: OpenClipSource, what: str):
     arch = source.architecture
     have = ClipGeometry.from_state_dict(sd, weights)
     want = ClipGeometry(
-        arch.vision_width, arch.vision_layers, arch.patch_size, arch.image_size, arch.text_width,
-        arch.text_layers, arch.context_length, arch.vocab_size, arch.embed_dim,
-    )  # fmt: skip
+        arch.vision_width,
+        arch.vision_layers,
+        arch.patch_size,
+        arch.image_size,
+        arch.text_width,
+        arch.text_layers,
+        arch.context_length,
+        arch.vocab_size,
+        arch.embed_dim,
+    )
     if have != want:
         raise ValueError(
             f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "

@@ -304,8 +304,10 @@ def _data_context(ray, block_bytes: int, actors: int) -> Iterator[None]:
     block = settings["target_max_block_size"]
     options = context.execution_options
     limits = options.resource_limits
-    in_flight = min(limits.object_store_memory or float("inf"),
-                    max(MIN_IN_FLIGHT_BYTES, BLOCKS_IN_FLIGHT * block * actors))  # fmt: skip
+    in_flight = min(
+        limits.object_store_memory or float("inf"),
+        max(MIN_IN_FLIGHT_BYTES, BLOCKS_IN_FLIGHT * block * actors),
+    )
     before = {name: getattr(context, name) for name in settings}
     for name, value in settings.items():
         setattr(context, name, value)
@@ -510,8 +512,15 @@ class _ShardsInFlight:
             self.failed[name] = changed
             return
         rows = {column: np.concatenate([p[column] for p in parts]) for column in parts[0]}
-        write_shard_output(self.output, name, rows, self.score_columns, self.embeddings, self.records[name],
-                           late_errors=self.ends[name][1])  # fmt: skip
+        write_shard_output(
+            self.output,
+            name,
+            rows,
+            self.score_columns,
+            self.embeddings,
+            self.records[name],
+            late_errors=self.ends[name][1],
+        )
         self.written.add(name)
 
     def finish(self) -> dict[str, str]:
@@ -520,8 +529,10 @@ class _ShardsInFlight:
         Raises:
             RuntimeError: a shard whose rows did not all arrive (rerunning resumes it).
         """
-        missing = {name: ("end not received" if name not in self.ends else self.ends[name][0] - len(self.seen[name]))
-                   for name in self.parts}  # fmt: skip
+        missing = {
+            name: ("end not received" if name not in self.ends else self.ends[name][0] - len(self.seen[name]))
+            for name in self.parts
+        }
         if missing:
             raise RuntimeError(f"Ray returned incomplete shards (rows missing: {missing}); rerun to resume")
         return self.failed

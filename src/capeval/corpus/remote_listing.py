@@ -16,8 +16,17 @@ _LISTED = 20  # entries of a folder quoted in an error
 
 # fsspec's filesystems over another filesystem or a file (a prefix, a cache, an archive, a reference set): a URL
 # alone cannot say what they wrap, and they failed with errors naming nothing.
-WRAPPER_PROTOCOLS = ("dir", "reference", "filecache", "simplecache", "blockcache", "cached", "zip", "tar",
-                     "libarchive")  # fmt: skip
+WRAPPER_PROTOCOLS = (
+    "dir",
+    "reference",
+    "filecache",
+    "simplecache",
+    "blockcache",
+    "cached",
+    "zip",
+    "tar",
+    "libarchive",
+)
 
 
 def remote_locations(url: str, where: str, options: dict[str, Any]) -> list[RemoteShard]:

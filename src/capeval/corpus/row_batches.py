@@ -238,10 +238,12 @@ class _Workers:
         whole = np.frombuffer(self.memory, np.uint8)
         shape = (batch_size, self.image_size, self.image_size, 3)
         self.slots = [
-            [whole[(w * SLOTS_PER_WORKER + s) * slot_bytes :][:slot_bytes].reshape(shape)
-             for s in range(SLOTS_PER_WORKER)]
+            [
+                whole[(w * SLOTS_PER_WORKER + s) * slot_bytes :][:slot_bytes].reshape(shape)
+                for s in range(SLOTS_PER_WORKER)
+            ]
             for w in range(count)
-        ]  # fmt: skip
+        ]
         self.workers = [_Worker(w) for w in range(count)]
         self.context = multiprocessing.get_context("fork")
         self.jobs = [(position, part) for position in range(len(shards)) for part in range(self.parts)][::-1]
@@ -266,10 +268,18 @@ class _Workers:
         free = [s for s in range(SLOTS_PER_WORKER) if s not in worker.held]
         worker.process = self.context.Process(
             target=_work,
-            args=(commands_out, results_in, self.shards, self.columns, self.batch_size, self.prepare,
-                  self.slots[worker.index], free),
+            args=(
+                commands_out,
+                results_in,
+                self.shards,
+                self.columns,
+                self.batch_size,
+                self.prepare,
+                self.slots[worker.index],
+                free,
+            ),
             daemon=True,
-        )  # fmt: skip
+        )
         worker.process.start()
         commands_out.close()
         results_in.close()

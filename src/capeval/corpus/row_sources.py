@@ -136,9 +136,14 @@ def _byte_shard(
     if kind == "csv":
         identity["header"] = list(header)
     return Shard(
-        path=path, name=_shard_name(path.name, n), kind=kind, span=span, first_row=first_row,
-        fields=tuple(header), identity=identity,
-    )  # fmt: skip
+        path=path,
+        name=_shard_name(path.name, n),
+        kind=kind,
+        span=span,
+        first_row=first_row,
+        fields=tuple(header),
+        identity=identity,
+    )
 
 
 class _CountingLines:
@@ -271,7 +276,7 @@ def image_folder_shards(folder: Path, chunk_size: int) -> list[Shard]:
                 first_row=len(shards) * chunk_size,
                 fields=tuple(members),
                 identity=identity,
-            )  # fmt: skip
+            )
         )
 
     for image in _sorted_images(folder):

@@ -350,7 +350,15 @@ def _run_ray(plan: RunPlan, pending: list, output: Path, scorer: RowScorer, reco
     from capeval.corpus.ray_engine import run_on_ray
 
     return run_on_ray(
-        pending, output, scorer.metrics, records=records, columns=plan.columns, batch_size=plan.batch_size,
-        embeddings=plan.embeddings, score_columns=scorer.columns(), image_size=scorer.image_size,
-        num_workers=plan.num_workers, **plan.ray,
-    )  # fmt: skip
+        pending,
+        output,
+        scorer.metrics,
+        records=records,
+        columns=plan.columns,
+        batch_size=plan.batch_size,
+        embeddings=plan.embeddings,
+        score_columns=scorer.columns(),
+        image_size=scorer.image_size,
+        num_workers=plan.num_workers,
+        **plan.ray,
+    )

@@ -81,9 +81,14 @@ def score_pending(
 
 
 def summarise(
-    plan: RunPlan, output: Path, scorer: RowScorer, failed: dict[str, str], scored_now: int, seconds: float,
+    plan: RunPlan,
+    output: Path,
+    scorer: RowScorer,
+    failed: dict[str, str],
+    scored_now: int,
+    seconds: float,
     processes: int = 1,
-) -> CorpusResult:  # fmt: skip
+) -> CorpusResult:
     """Write ``summary.json`` (and ``kept.jsonl``) from the shards' outputs.
 
     Raises:
@@ -121,8 +126,11 @@ def _export(plan: RunPlan, output: Path, written: list[str], summary: dict, kept
     if plan.exports.get("resharder_subset"):
         rows = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()]
         subset = write_resharder_subset(output, rows)
-        summary["resharder_subset"] = {"file": str(subset.path), "uids": subset.count,
-                                       "uids_of_several_rows": len(subset.repeated)}  # fmt: skip
+        summary["resharder_subset"] = {
+            "file": str(subset.path),
+            "uids": subset.count,
+            "uids_of_several_rows": len(subset.repeated),
+        }
     if plan.exports.get("embedding_layout"):
         layout = write_embedding_layout(output, written)
         summary["embedding_layout"] = str(layout.folder)

@@ -286,5 +286,11 @@ def _image_file_changes(files: list | None) -> list[str]:
 
 
 def _where(record: dict) -> str:
-    return str(record.get("path") or record.get("url") or record.get("command") or record.get("folder")
-               or record.get("split") or "?")  # fmt: skip
+    return str(
+        record.get("path")
+        or record.get("url")
+        or record.get("command")
+        or record.get("folder")
+        or record.get("split")
+        or "?"
+    )

@@ -305,8 +305,13 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
     refs_col = chosen.get("references") or "references"
     # img2dataset's Parquet output: where each sample came from, and whether it was downloaded at all.
     extra = [c for c in (*ORIGIN_FIELDS, "status", "error_message") if c in columns]
-    names = [caption_col, image_col, *([key_col] if key_col else []), *([refs_col] if refs_col in columns else []),
-             *extra]  # fmt: skip
+    names = [
+        caption_col,
+        image_col,
+        *([key_col] if key_col else []),
+        *([refs_col] if refs_col in columns else []),
+        *extra,
+    ]
     fields = _ParquetFields(shard, caption_col, image_col, key_col, shard.image_paths())
     for start, group in table.row_groups(list(dict.fromkeys(names))):
         values = {name: column.to_pylist() for name, column in group.items()}

@@ -185,9 +185,16 @@ def score_systems(
     """
     inputs = _checked_inputs(systems, images, references, ids)
     options = dict(
-        model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
-        prefix=prefix, w=w, vectors=vectors, progress=progress,
-    )  # fmt: skip
+        model=model,
+        checkpoint=checkpoint,
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        prefix=prefix,
+        w=w,
+        vectors=vectors,
+        progress=progress,
+    )
     resolved = resolve_metrics(metrics, **options)
     # Cheapest refusals first: the options' values, then the inputs the metrics need, then what is missing on
     # this machine (model folders, weights): each names its cause without reading any file.

@@ -153,9 +153,14 @@ def _permutation_p(d: np.ndarray, n_resamples: int, rng: np.random.Generator) ->
         from scipy import stats
 
         result = stats.permutation_test(
-            (d,), _abs_mean, permutation_type="samples", vectorized=True, n_resamples=n_resamples,
-            alternative="greater", batch=_batch(d.size),
-        )  # fmt: skip
+            (d,),
+            _abs_mean,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            alternative="greater",
+            batch=_batch(d.size),
+        )
         return float(result.pvalue), True
     observed = abs(d.sum())
     # Sums of the same numbers in another order differ by rounding; scipy's 100-eps tolerance, taken relative to

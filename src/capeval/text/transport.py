@@ -172,9 +172,14 @@ def best_reference_wmd(
         end = max(int(np.searchsorted(cumulative, base + SLICE_ENTRIES, side="right")), start + 1)
         lo, hi = int(owner[start]), int(owner[end - 1]) + 1
         part = _best_reference_wmd(
-            docs, candidate_doc[lo:hi], reference_doc[start:end], owner[start:end] - lo, prune, num_workers,
+            docs,
+            candidate_doc[lo:hi],
+            reference_doc[start:end],
+            owner[start:end] - lo,
+            prune,
+            num_workers,
             initial=best[lo:hi],
-        )  # fmt: skip
+        )
         better = np.flatnonzero(part.best_reference >= 0) + lo
         # The slice numbers a candidate's references from its first one inside the slice.
         shift = np.maximum(first_ref[better], start) - first_ref[better]

@@ -51,9 +51,16 @@ class CLIPScore(CapevalMetric):
         compute_on_cpu: bool = False,
     ) -> None:
         options = dict(
-            model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
-            num_workers=num_workers, progress=progress, checkpoint=checkpoint,
-        )  # fmt: skip
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
+            checkpoint=checkpoint,
+        )
         check_options(**options)  # now, not at the first update: the model itself loads there
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         self._add_list_state("clipscore_scores")
@@ -93,10 +100,17 @@ class RefCLIPScore(CapevalMetric):
         compute_on_cpu: bool = False,
     ) -> None:
         options = dict(
-            model=model, device=device, dtype=dtype, batch_size=batch_size, prefix=prefix, w=w,
-            num_workers=num_workers, progress=progress, checkpoint=checkpoint,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
+            checkpoint=checkpoint,
             clip_reference_cosine=clip_reference_cosine,
-        )  # fmt: skip
+        )
         check_options(**options)
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         self._add_list_state("refclipscore_scores")
@@ -156,10 +170,17 @@ class PACScore(CapevalMetric):
 
             raise ValueError(missing_checkpoint_help())
         options = dict(
-            checkpoint=checkpoint, model=model, device=device, dtype=dtype, batch_size=batch_size,
-            prefix=prefix, w=w, num_workers=num_workers, progress=progress,
+            checkpoint=checkpoint,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            prefix=prefix,
+            w=w,
+            num_workers=num_workers,
+            progress=progress,
             clip_reference_cosine=clip_reference_cosine,
-        )  # fmt: skip
+        )
         check_options(**options)
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         self._add_list_state("pacscore_scores")

@@ -43,9 +43,14 @@ class WMD(CapevalMetric):
         compute_on_cpu: bool = False,
     ) -> None:
         options = dict(
-            vectors=vectors, sigma=sigma, normalize_vectors=normalize_vectors, stopwords=stopwords,
-            tokenizer=tokenizer, prune=prune, num_workers=num_workers,
-        )  # fmt: skip
+            vectors=vectors,
+            sigma=sigma,
+            normalize_vectors=normalize_vectors,
+            stopwords=stopwords,
+            tokenizer=tokenizer,
+            prune=prune,
+            num_workers=num_workers,
+        )
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         self.scorer  # noqa: B018 - the vectors load now: a bad option or file fails here, not mid-validation
         self._add_list_state("wmd_scores")
@@ -90,9 +95,13 @@ class WEmbSim(CapevalMetric):
         compute_on_cpu: bool = False,
     ) -> None:
         options = dict(
-            vectors=vectors, reduction=reduction, stopwords=stopwords, normalize_vectors=normalize_vectors,
-            tokenizer=tokenizer, absolute_cosine=absolute_cosine,
-        )  # fmt: skip
+            vectors=vectors,
+            reduction=reduction,
+            stopwords=stopwords,
+            normalize_vectors=normalize_vectors,
+            tokenizer=tokenizer,
+            absolute_cosine=absolute_cosine,
+        )
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         self.scorer  # noqa: B018 - the vectors load now
         self._add_list_state("wembsim_scores")

@@ -82,18 +82,31 @@ class EMScore(CapevalMetric):
         compute_on_cpu: bool = False,
     ) -> None:
         check_options(
-            model=model, checkpoint=checkpoint, device=device, dtype=dtype, batch_size=batch_size,
-            num_frames=num_frames, num_workers=num_workers, progress=progress,
-        )  # fmt: skip
+            model=model,
+            checkpoint=checkpoint,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            num_frames=num_frames,
+            num_workers=num_workers,
+            progress=progress,
+        )
         if batch_padding not in BATCH_PADDING:
             raise ValueError(
                 f"batch_padding={batch_padding!r}: choose from {', '.join(map(repr, BATCH_PADDING))}"
             )
         options = dict(
-            model=model, device=device, dtype=dtype, batch_size=batch_size, num_frames=num_frames,
-            idf=_EMScore._check_idf(idf), checkpoint=checkpoint, num_workers=num_workers, progress=progress,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            num_frames=num_frames,
+            idf=_EMScore._check_idf(idf),
+            checkpoint=checkpoint,
+            num_workers=num_workers,
+            progress=progress,
             batch_padding=batch_padding,
-        )  # fmt: skip
+        )
         super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
         for name, dtype in self._STATES.items():
             self._add_list_state(f"emscore_{name}", dtype)
