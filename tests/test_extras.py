@@ -125,6 +125,15 @@ def _emscore_on_a_video(tmp_path, tiny_clip_dir):
     capeval.EMScore(model=str(tiny_clip_dir), device="cpu")(["a dog runs"], videos=[str(video)])
 
 
+def _emscore_module_on_a_video(tmp_path, tiny_clip_dir):
+    import evaluate
+
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(b"\x00" * 64)
+    module = evaluate.load(str(REPO / "metrics" / "emscore"))
+    module.compute(predictions=["a dog runs"], videos=[str(video)], model=str(tiny_clip_dir), device="cpu")
+
+
 def _compare():
     import capeval
 
@@ -188,6 +197,7 @@ CASES = {
     "evaluate wmd": ("text", lambda tmp_path, tiny: _evaluate_module("wmd")()),
     "evaluate wembsim": ("text", lambda tmp_path, tiny: _evaluate_module("wembsim")()),
     "EMScore on a video": ("video", _emscore_on_a_video),
+    "evaluate emscore on a video": ("video", _emscore_module_on_a_video),
     "capeval.compare": ("stats", lambda tmp_path, tiny: _compare()),
     "capeval.torchmetrics": ("torchmetrics", lambda tmp_path, tiny: _torchmetrics()),
     "capeval.demo": ("spaces", lambda tmp_path, tiny: _demo()),
