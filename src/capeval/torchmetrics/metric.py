@@ -9,13 +9,13 @@ from typing import Any
 
 import torch
 
-try:
-    from torchmetrics import Metric
-    from torchmetrics.utilities.data import dim_zero_cat
-except ImportError as err:  # pragma: no cover - the extra is installed by scripts/test.sh
-    raise ImportError(
-        "capeval.torchmetrics needs torchmetrics (and Lightning for self.log): pip install 'capeval[torchmetrics]'"
-    ) from err
+from capeval.diagnostics.extras import import_extra
+
+# Refused by the extra's name where torchmetrics is missing, however this module is reached.
+Metric = import_extra("torchmetrics", "torchmetrics", "capeval.torchmetrics").Metric
+dim_zero_cat = import_extra(
+    "torchmetrics.utilities.data", "torchmetrics", "capeval.torchmetrics"
+).dim_zero_cat
 
 
 class CapevalMetric(Metric):
