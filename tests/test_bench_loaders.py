@@ -520,6 +520,25 @@ def test_reference_layouts_token_coco_karpathy_and_jsonl(tmp_path):
     assert read_references(jsonl) == {"1": ["x", "y"], "2": ["z"]}
 
 
+def test_a_coco_annotation_without_a_caption_is_refused_by_its_index_not_a_bare_key_error(tmp_path):
+    coco = tmp_path / "captions_val2014.json"
+    coco.write_text(
+        json.dumps({"images": [], "annotations": [{"image_id": 42, "caption": "a"}, {"image_id": 7}]})
+    )
+    with pytest.raises(
+        ValueError, match=r"captions_val2014.json: annotation 1 has no 'image_id' and 'caption'"
+    ):
+        read_references(coco)
+
+
+def test_an_image_given_twice_in_a_karpathy_file_is_refused_not_overwritten(tmp_path):
+    karpathy = tmp_path / "dataset_coco.json"
+    image = {"filename": "COCO_val2014_000000000042.jpg", "sentences": [{"raw": "A pizza."}]}
+    karpathy.write_text(json.dumps({"images": [image, image]}))
+    with pytest.raises(ValueError, match=r"image 'COCO_val2014_000000000042.jpg' appears twice"):
+        read_references(karpathy)
+
+
 def test_reference_reader_points_thumb_segment_files_to_load_thumb():
     with pytest.raises(ValueError, match=r"got \['refs', 'seg_id', 'set_id'\].*load_thumb"):
         read_references(FIX / "thumb" / "mscoco_references.json")

@@ -21,7 +21,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from capeval.json_files import parse_json, read_json_file
+from capeval.json_files import InputFileError, parse_json, read_json_file
+from capeval.scoring.formats import reference_entries
 
 
 def image_key(name: str | int) -> str:
@@ -97,21 +98,19 @@ def read_references(path: str | os.PathLike) -> dict[str, list[str]]:
                 )
             out[image_key(img)] = [str(r) for r in refs]
         return out
-    data = read_json_file(path, "references")
-    if isinstance(data, dict) and "annotations" in data:
-        files = {img["id"]: img.get("file_name") for img in data.get("images", [])}
-        out = defaultdict(list)
-        for ann in data["annotations"]:
-            name = files.get(ann["image_id"]) or f"COCO_val2014_{int(ann['image_id']):012d}.jpg"
-            out[image_key(name)].append(ann["caption"])
-        return dict(out)
-    if isinstance(data, dict) and "images" in data:
-        return {
-            image_key(img["filename"]): [
-                s.get("raw", " ".join(s.get("tokens", []))) for s in img["sentences"]
-            ]
-            for img in data["images"]
-        }
-    if isinstance(data, dict):
-        return {image_key(k): list(v) for k, v in data.items()}
-    raise ValueError(f"{path}: unrecognised reference layout (see capeval.bench.references)")
+    # The layouts a captioning researcher's references come in are read by capeval score's one strict reader;
+    # a benchmark looks its references up by the image file's stem.
+    layout, entries = reference_entries(read_json_file(path, "references"), str(path))
+    out = defaultdict(list)
+    for entry in entries:
+        if entry.file_name is not None:
+            name = entry.file_name
+        elif layout == "coco":
+            name = f"COCO_val2014_{int(entry.image_id):012d}.jpg"
+        else:
+            name = str(entry.image_id)
+        key = image_key(name)
+        if layout != "coco" and key in out:
+            raise InputFileError(f"{path}: image {name!r} appears twice; one entry per image")
+        out[key].extend(entry.captions)
+    return dict(out)

@@ -124,33 +124,61 @@ def read_candidates(path: str | os.PathLike) -> dict[str, tuple[object, object]]
     return parse_candidates(read_json_file(path, "candidates"), where=str(path))
 
 
-def parse_references(data, where: str = "references") -> dict[str, list]:
-    """Reference captions by canonical id from the authors' layout, COCO annotations or a Karpathy split file.
+@dataclass(frozen=True)
+class ReferenceEntry:
+    """One image's reference captions as a references file gives them.
+
+    Attributes:
+        image_id: the image as the file names it: a COCO id, a Karpathy ``cocoid`` (else its file's stem), a key
+            of the authors' object.
+        file_name: the image file the layout names (COCO's ``images[].file_name``, Karpathy's ``filename``), or
+            None.
+        captions: its reference captions, in file order (one per COCO annotation).
+    """
+
+    image_id: object
+    file_name: str | None
+    captions: list
+
+
+def reference_entries(data, where: str = "references") -> tuple[str, list[ReferenceEntry]]:
+    """The one strict reading of a references document: COCO caption annotations (one entry per annotation),
+    Karpathy's split file or the authors' ``{image_id: [captions]}`` object (one entry per image). ``capeval
+    score`` keys the entries by canonical id (``parse_references``), the benchmarks by image file stem.
+
+    Returns:
+        ``("coco" | "karpathy" | "authors", entries)``.
 
     Raises:
-        InputFileError: another layout, a record missing a field, an image given twice, or references of an image
-            that are not a list (the authors' layout; a bare string is refused rather than guessed at).
+        InputFileError: another layout, a record missing a field, or references of an image that are not a list
+            (a bare string is refused rather than guessed at).
     """
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
-        out: dict[str, list] = {}
+        files = {
+            img["id"]: img.get("file_name")
+            for img in data.get("images") or []
+            if isinstance(img, dict) and isinstance(img.get("id"), (int, str))
+        }
+        entries = []
         for k, ann in enumerate(data["annotations"]):
             if not isinstance(ann, dict) or "image_id" not in ann or "caption" not in ann:
                 raise InputFileError(f"{where}: annotation {k} has no 'image_id' and 'caption'")
-            try:
-                key = canonical_id(ann["image_id"])
-            except TypeError as err:
-                raise InputFileError(f"{where}: annotation {k}: {err}") from None
-            out.setdefault(key, []).append(ann["caption"])
-        return out
+            image_id = ann["image_id"]
+            named = files.get(image_id) if isinstance(image_id, (int, str)) else None
+            entries.append(
+                ReferenceEntry(image_id, named if isinstance(named, str) else None, [ann["caption"]])
+            )
+        return "coco", entries
     if isinstance(data, dict) and isinstance(data.get("images"), list) and "annotations" not in data:
-        by_id: dict[str, tuple[object, list]] = {}
+        entries = []
         for k, img in enumerate(data["images"]):
             if not isinstance(img, dict) or not isinstance(img.get("sentences"), list):
                 raise InputFileError(f"{where}: images[{k}] has no 'sentences' list (Karpathy's layout)")
+            file_name = str(img["filename"]) if "filename" in img else None
             if "cocoid" in img:
                 original = img["cocoid"]
-            elif "filename" in img:
-                original = Path(str(img["filename"])).stem
+            elif file_name is not None:
+                original = Path(file_name).stem
             else:
                 raise InputFileError(f"{where}: images[{k}] has neither 'cocoid' nor 'filename'")
             refs = []
@@ -158,25 +186,40 @@ def parse_references(data, where: str = "references") -> dict[str, list]:
                 if not isinstance(sent, dict) or not ("raw" in sent or "tokens" in sent):
                     raise InputFileError(f"{where}: images[{k}].sentences[{j}] has no 'raw' or 'tokens'")
                 refs.append(sent["raw"] if "raw" in sent else " ".join(sent["tokens"]))
-            _put(by_id, canonical_id(original), original, refs, where)
-        return {key: refs for key, (_, refs) in by_id.items()}
+            entries.append(ReferenceEntry(original, file_name, refs))
+        return "karpathy", entries
     if isinstance(data, dict):
-        out = {}
-        seen: dict[str, tuple[object, object]] = {}
-        not_lists = []
-        for original, refs in data.items():
-            key = canonical_id(original)
-            _put(seen, key, original, refs, where)
-            if not isinstance(refs, list):
-                not_lists.append(original)
-            out[key] = refs
+        not_lists = [original for original, refs in data.items() if not isinstance(refs, list)]
         if not_lists:
             raise InputFileError(f"references of {_shown(not_lists)} are not lists of captions")
-        return out
+        return "authors", [ReferenceEntry(original, None, refs) for original, refs in data.items()]
     raise InputFileError(
         f"{where}: expected {{image_id: [captions]}}, COCO annotations ({{images, annotations}}) or Karpathy's "
         f"split file ({{images: [{{sentences}}]}}), got {type(data).__name__}"
     )
+
+
+def parse_references(data, where: str = "references") -> dict[str, list]:
+    """Reference captions by canonical id from the authors' layout, COCO annotations or a Karpathy split file
+    (``reference_entries``).
+
+    Raises:
+        InputFileError: as ``reference_entries``, or an image given twice (Karpathy's file, the authors' object).
+    """
+    layout, entries = reference_entries(data, where)
+    if layout == "coco":
+        out: dict[str, list] = {}
+        for k, entry in enumerate(entries):
+            try:
+                key = canonical_id(entry.image_id)
+            except TypeError as err:
+                raise InputFileError(f"{where}: annotation {k}: {err}") from None
+            out.setdefault(key, []).extend(entry.captions)
+        return out
+    by_id: dict[str, tuple[object, list]] = {}
+    for entry in entries:
+        _put(by_id, canonical_id(entry.image_id), entry.image_id, entry.captions, where)
+    return {key: refs for key, (_, refs) in by_id.items()}
 
 
 def read_references(path: str | os.PathLike) -> dict[str, list]:
