@@ -202,7 +202,8 @@ def substituted(block: Block, shapes_clip: str) -> str:
 
 def _prints(node: ast.AST) -> bool:
     return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print" for n in ast.walk(node)
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
+        for n in ast.walk(node)
     )
 
 
