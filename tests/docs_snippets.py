@@ -1,7 +1,9 @@
 """The code blocks of the README, the docs and the metric cards, as CI runs them.
 
 A block is run as written, in a fresh folder of its own (``sandbox``) that holds the repository's ``examples/``,
-``metrics/``, ``src/``, ``scripts/`` and ``spaces/`` and the stand-in files listed in ``GIVEN_FILES``. The
+``metrics/``, ``src/``, ``scripts/`` and ``spaces/`` and nothing else: a file an example reads that the
+repository does not hold, the page makes in a step the reader sees (a block before it, marked ``continued``).
+The one exception is data a reader must download, which the page says where to get: ``bench-data``. The
 comment right before a block (``<!-- snippet: WORD ... -->``, invisible on every rendered page) says what else
 CI does with it; ``MARKERS`` is the whole vocabulary, and docs/development.md explains it to writers.
 
@@ -39,6 +41,9 @@ MARKERS = {
     "gpu": "needs a GPU: CI runs it on the CPU (cuda -> cpu, float16 and bfloat16 -> float32)",
     "given-loader": "iterates over a `loader` of your own: CI gives two batches of the shapes world, with the "
     "fields the loop names (captions, references, images or pictures, videos)",
+    "bench-data": "reads the official benchmark files from `benchmarks/`, which the reader downloads (the page says "
+    "where from): CI links the format fixtures of tests/fixtures/bench there instead (a few made-up items per "
+    "benchmark; numbers shown for such blocks are the fixtures')",
     # how it runs
     "continued": "runs after the block before it, in its folder and (Python) its namespace",
     "not-run": "not run, for the reason that follows: setup (installs software; CI runs the set-up itself), "
@@ -52,20 +57,14 @@ MARKERS = {
     "weights": "reason word of not-run",
 }
 NOT_RUN_REASONS = ("setup", "server", "cluster", "network", "weights")
-SUBSTITUTIONS = ("hub-model", "word2vec", "pacs-weights", "gpu", "given-loader")
+SUBSTITUTIONS = ("hub-model", "word2vec", "pacs-weights", "gpu", "given-loader", "bench-data")
 NOT_PROGRAMS = ("output", "layout", "citation")
 RUNNABLE = {"python": "python", "py": "python", "pycon": "doctest", "console": "console", "bash": "bash"}
 
-# Files every sandbox holds besides the repository's folders (built once per test session by the runner).
-GIVEN_FILES = {
-    "candidates.json": "examples/shapes/candidates.json, for examples that name your captions file",
-    "images/": "examples/shapes/images, for examples that name your folder of images",
-    "dog.jpg": "a drawing of the shapes world (JPEG), for examples that name a photograph",
-    "clip.mp4": "six frames of one shapes scene (H.264), for examples that name a video",
-    "shards/": "four WebDataset tar shards of the shapes world, as img2dataset writes them",
-    "benchmarks/": "the benchmark format fixtures of tests/fixtures/bench (a few items per benchmark)",
-}
+# The repository's folders every sandbox holds (as links); a block finds no other file there but those it makes.
 REPOSITORY_LINKS = ("examples", "metrics", "src", "scripts", "spaces")
+# What a ``bench-data`` block finds as ``benchmarks/`` in its folder, instead of the official files.
+BENCH_FIXTURES = "tests/fixtures/bench"
 
 MARKER = re.compile(r"^\s*<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)\s*$")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from docs_snippets import (
-    GIVEN_FILES,
+    BENCH_FIXTURES,
     REPO,
     REPOSITORY_LINKS,
     Block,
@@ -72,24 +72,6 @@ class Worker:
         self.answers.close()
 
 
-def _given_files(root: Path) -> Path:
-    """The files of GIVEN_FILES, built once."""
-    from capeval.clip.video import write_video
-    from capeval.shapes import Scene, draw, draw_frames
-    from capeval_dev.testing.shapes_shards import write_shapes_shards
-
-    given = root / "given"
-    given.mkdir()
-    draw(Scene("red", "circle", "left")).convert("RGB").save(given / "dog.jpg", quality=95)
-    write_video(given / "clip.mp4", draw_frames(Scene("green", "triangle", "top"), n_frames=6))
-    write_shapes_shards(given / "shards")
-    (given / "benchmarks").symlink_to(REPO / "tests" / "fixtures" / "bench")
-    (given / "candidates.json").symlink_to(REPO / "examples" / "shapes" / "candidates.json")
-    (given / "images").symlink_to(REPO / "examples" / "shapes" / "images")
-    assert sorted(p.name + ("/" if p.is_dir() else "") for p in given.iterdir()) == sorted(GIVEN_FILES)
-    return given
-
-
 def _hub_cache(root: Path) -> Path:
     """A Hugging Face cache in huggingface_hub's layout where openai/clip-vit-base-patch32 is the shapes CLIP."""
     from capeval.shapes import shapes_clip_path
@@ -108,7 +90,6 @@ class Runner:
         from capeval.shapes import shapes_clip_path
 
         self.root = root
-        self.given = _given_files(root)
         self.shapes_clip = str(shapes_clip_path())
         empty = root / "empty-hub"
         empty.mkdir()
@@ -147,8 +128,8 @@ class Runner:
             folder.mkdir(parents=True)
             for name in REPOSITORY_LINKS:
                 (folder / name).symlink_to(REPO / name)
-            for path in self.given.iterdir():
-                (folder / path.name).symlink_to(path)
+            if "bench-data" in block.markers:
+                (folder / "benchmarks").symlink_to(REPO / BENCH_FIXTURES)
         self.sandboxes[block.id] = folder
         return folder
 
