@@ -174,56 +174,62 @@ def embeds_of(kind: str) -> str:
     return _EMBEDS[kind]
 
 
-# The modules that declare capeval's metrics (``SPECS`` in each) and the names each declares there, in the order
-# interfaces list them: asking for one metric imports its module alone (WMD's brings scipy and gensim, EMScore's the
-# video reader). tests/test_metric_spec.py checks each module's SPECS against these names.
-SPEC_MODULES: dict[str, tuple[str, ...]] = {
-    "capeval.clipscore": ("clipscore", "refclipscore"),
-    "capeval.pacscore": ("pacscore",),
-    "capeval.wembsim": ("wembsim",),
-    "capeval.wmd": ("wmd",),
-    "capeval.emscore": ("emscore",),
-}
-_MODULE_OF = {name: module for module, names in SPEC_MODULES.items() for name in names}
+# The modules that declare capeval's metrics (``SPECS`` in each), in the order interfaces list them. A metric's
+# declaration lives in the module of its name (``capeval.wmd``) or in the one before it builds on (RefCLIP-S in
+# ``capeval.clipscore``): asking for one metric imports its module alone, and the first module for those it holds
+# besides its own (WMD's brings scipy and gensim, EMScore's the video reader).
+SPEC_MODULES = ("capeval.clipscore", "capeval.pacscore", "capeval.wembsim", "capeval.wmd", "capeval.emscore")
 # The modules whose metrics read no image: lists of image metrics leave them out without importing them (they bring
 # the text libraries). tests/test_metric_spec.py checks that their metrics read no image.
 TEXT_ONLY_MODULES = ("capeval.wembsim", "capeval.wmd")
 
 _registered: dict[str, MetricSpec] = {}
 _loaded: dict[str, MetricSpec] = {}
+_imported: list[str] = []
 
 
 def _load(module: str) -> None:
-    for declared in import_module(module).SPECS:
-        _loaded[declared.name] = declared
+    if module not in _imported:
+        for declared in import_module(module).SPECS:
+            _loaded[declared.name] = declared
+        _imported.append(module)
+
+
+def _shipped(modules=SPEC_MODULES) -> dict[str, MetricSpec]:
+    """The declarations of ``modules`` (each imported), in their order."""
+    for module in modules:
+        _load(module)
+    return {declared.name: declared for module in modules for declared in import_module(module).SPECS}
 
 
 def specs() -> dict[str, MetricSpec]:
     """``{name: MetricSpec}`` of every metric: capeval's in their modules' order (each module imported), then those
     registered."""
-    for module in SPEC_MODULES:
-        if any(name not in _loaded for name in SPEC_MODULES[module]):
-            _load(module)
-    return {**{name: _loaded[name] for name in _MODULE_OF}, **_registered}
+    return {**_shipped(), **_registered}
 
 
 def metric_names() -> tuple[str, ...]:
-    """The metric names, in order (capeval's from the table above, no module imported; then those registered)."""
-    return (*_MODULE_OF, *_registered)
+    """The metric names, in order (capeval's, then those registered)."""
+    return tuple(specs())
 
 
 def spec(name: str) -> MetricSpec:
-    """The declaration of ``name`` (its module imported, the others not).
+    """The declaration of ``name``: its own module imported first (``capeval.<name>``), the others only where the
+    name is not a module's.
 
     Raises:
         ValueError: an unknown name, naming the metrics there are.
     """
     if isinstance(name, str) and name in _registered:
         return _registered[name]
-    if not isinstance(name, str) or name not in _MODULE_OF:
+    if isinstance(name, str):
+        own = f"capeval.{name}"
+        for module in [own] if own in SPEC_MODULES else SPEC_MODULES:
+            if name in _loaded:
+                break
+            _load(module)
+    if not isinstance(name, str) or name not in _loaded:
         raise ValueError(f"unknown metric {name!r}; choose from {', '.join(metric_names())}")
-    if name not in _loaded:
-        _load(_MODULE_OF[name])
     return _loaded[name]
 
 
@@ -233,7 +239,7 @@ def register(declaration: MetricSpec) -> None:
     Raises:
         ValueError: the name is one of capeval's own metrics.
     """
-    if declaration.name in _MODULE_OF:
+    if declaration.name in shipped_metrics():
         raise ValueError(f"{declaration.name!r} is one of capeval's metrics; give yours another name")
     _registered[declaration.name] = declaration
 
@@ -246,9 +252,10 @@ def unregister(name: str) -> None:
 def row_image_metrics() -> tuple[str, ...]:
     """Metrics that score each item from its own image and caption (and references), whatever the other items:
     the ones a corpus can be cut into shards or parts for."""
-    candidates = [n for m, names in SPEC_MODULES.items() if m not in TEXT_ONLY_MODULES for n in names]
+    image_modules = tuple(m for m in SPEC_MODULES if m not in TEXT_ONLY_MODULES)
+    candidates = {**_shipped(image_modules), **_registered}
     return tuple(
-        name for name in [*candidates, *_registered] if spec(name).per_item and spec(name).needs("images")
+        name for name, declared in candidates.items() if declared.per_item and declared.needs("images")
     )
 
 
@@ -295,11 +302,11 @@ def build_scorer(name: str, **options) -> Any:
 
 def shipped_metrics() -> tuple[str, ...]:
     """capeval's own metrics (each with its evaluate module under ``metrics/<name>/``), not those registered."""
-    return tuple(_MODULE_OF)
+    return tuple(_shipped())
 
 
 def __getattr__(name: str):
-    # METRICS is the names of the table above: no metric module is imported for it.
+    # METRICS reads the declarations, which import the metric modules: only when asked for.
     if name == "METRICS":
         return shipped_metrics()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

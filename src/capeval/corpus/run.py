@@ -125,20 +125,7 @@ def score_corpus(
     scorer = RowScorer(
         names, _driver_options(options, executor), embeddings=settings.embeddings, raw_cosine=raw_cosine
     )
-    plan = RunPlan(
-        corpus=corpus,
-        executor=executor,
-        columns=columns,
-        chunk_size=chunk_size,
-        batch_size=batch_size,
-        embeddings=settings.embeddings,
-        key_metric=_threshold_column(scorer, threshold_key),
-        cut={"threshold": threshold, "top_fraction": top_fraction},
-        num_workers=num_workers,
-        progress=progress,
-        ray={**settings.ray_settings, "options": options},
-        exports={"resharder_subset": resharder_subset, "embedding_layout": embedding_layout},
-    )
+    plan = settings.plan(corpus, columns, _threshold_column(scorer, threshold_key), options)
     if executor == "local":
         return run_local(plan, Path(output_dir), scorer, state)
     with claimed_output(Path(output_dir), plan.manifest(scorer), remove_stale_temporaries):
@@ -208,6 +195,26 @@ class CorpusSettings:
                 f"raw_cosine must be True or False, got {type(self.raw_cosine).__name__} {self.raw_cosine!r}"
             )
         self.ray_settings  # noqa: B018 - checked now, before the source is opened
+
+    def plan(
+        self, corpus: Corpus, columns: dict[str, str], key_metric: str, options: dict[str, Any]
+    ) -> RunPlan:
+        """What every executor runs: the opened source, the columns chosen, the column a cut applies to and the
+        metric options, with these settings."""
+        return RunPlan(
+            corpus=corpus,
+            executor=self.executor,
+            columns=columns,
+            chunk_size=self.chunk_size,
+            batch_size=self.batch_size,
+            embeddings=self.embeddings,
+            key_metric=key_metric,
+            cut={"threshold": self.threshold, "top_fraction": self.top_fraction},
+            num_workers=self.num_workers,
+            progress=self.progress,
+            ray={**self.ray_settings, "options": options},
+            exports={"resharder_subset": self.resharder_subset, "embedding_layout": self.embedding_layout},
+        )
 
     @property
     def metric_options(self) -> dict[str, Any]:
