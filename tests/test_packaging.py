@@ -218,7 +218,7 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
     # the README's main job: the command line on the example files, the core alone
     capeval = venv / "bin" / "capeval"
     files = ["--references-json", shapes / "references.json", "--save-per-instance", tmp_path / "scores.json"]
-    model = ["--model", Path(site) / "capeval" / "testing" / "assets" / "shapes-clip"]
+    model = ["--model", Path(site) / "capeval" / "shapes" / "assets" / "shapes-clip"]
     scored = _run([capeval, "score", shapes / "candidates.json", shapes / "images", *files, *model], env=env)
     assert "refclipscore" in scored.stdout.lower()
     both = [str(tmp_path / "scores.json")] * 2
