@@ -1,7 +1,8 @@
 """One-line mutations of capeval's formulas, protocols and text pre-processing, each of which the suite must catch.
 
 Each mutation replaces one exact piece of one source line in a temporary copy of ``src/`` and runs only the tests
-that concern it (``python -m pytest -x -q <node ids>`` with ``PYTHONPATH`` on the copy). A mutation the tests do
+that concern it (``pytest -x -q <node ids>`` with capeval imported from the copy, in a child forked from this
+process once the heavy libraries are loaded: Linux). A mutation the tests do
 not fail on "survived"; an original text no longer found in its file is "stale" (the list must follow the code).
 The tests of every mutation first run once on the unmutated copy, so a kill is never a test that fails anyway
 (``--no-baseline`` skips that where the suite runs them anyway: tests/test_mutation_check.py).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -282,15 +284,66 @@ def _copy_src(tmp: Path) -> Path:
     return dest
 
 
+# What every mutation's tests import before capeval: imported once here, so that each mutation's run, forked from
+# this process, starts with them loaded (most of a fresh interpreter's start-up) and imports only capeval, from the
+# mutated copy. This process never imports capeval.
+PRELOADED = ("numpy", "PIL.Image", "torch", "transformers", "pytest")
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOADED:
+        importlib.import_module(name)
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizerFast  # noqa: F401 - transformers loads lazily
+
+    if "capeval" in sys.modules:
+        raise SystemExit(
+            "mutation_check must not import capeval itself: the mutated copy would not be the one run"
+        )
+
+
 def _pytest(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return -1, "timed out"
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    return proc.returncode, lines[-1] if lines else ""
+    """``pytest -x -q <tests>`` with capeval imported from ``src``, in a child forked from this process; the exit
+    code (-1 when it ran past ``timeout`` seconds and was killed) and its last line of output."""
+    with tempfile.TemporaryFile() as out:
+        pid = os.fork()
+        if pid == 0:  # the child: capeval and the tests' own modules are imported here, afresh
+            code = 3
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(out.fileno(), 2)
+                sys.path[:0] = [
+                    str(src),
+                    str(REPO),
+                ]  # as `python -m pytest` from the repository: tests.* imports
+                os.environ["PYTHONPATH"] = str(src)  # for the processes a test starts
+                sys.dont_write_bytecode = True
+                os.chdir(REPO)
+                import pytest
+
+                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]))
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return -1, "timed out"
+            time.sleep(0.05)
+        out.seek(0)
+        lines = [line for line in out.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    return os.waitstatus_to_exitcode(status), lines[-1] if lines else ""
 
 
 def run(
@@ -298,6 +351,7 @@ def run(
 ) -> list[tuple[Mutation, str, float, str]]:
     """Apply each mutation in a temporary copy of src/ and run its tests; one row per mutation."""
     rows = []
+    _preload()
     with tempfile.TemporaryDirectory(prefix="capeval-mutation-") as tmp:
         src = _copy_src(Path(tmp))
         origin = subprocess.run(
