@@ -184,22 +184,18 @@ SPEC_MODULES = ("capeval.clipscore", "capeval.pacscore", "capeval.wembsim", "cap
 TEXT_ONLY_MODULES = ("capeval.wembsim", "capeval.wmd")
 
 _registered: dict[str, MetricSpec] = {}
-_loaded: dict[str, MetricSpec] = {}
-_imported: list[str] = []
+_declared: dict[str, tuple[MetricSpec, ...]] = {}  # a module's SPECS, once it is imported
 
 
-def _load(module: str) -> None:
-    if module not in _imported:
-        for declared in import_module(module).SPECS:
-            _loaded[declared.name] = declared
-        _imported.append(module)
+def _declarations(module: str) -> tuple[MetricSpec, ...]:
+    if module not in _declared:
+        _declared[module] = tuple(import_module(module).SPECS)
+    return _declared[module]
 
 
 def _shipped(modules=SPEC_MODULES) -> dict[str, MetricSpec]:
     """The declarations of ``modules`` (each imported), in their order."""
-    for module in modules:
-        _load(module)
-    return {declared.name: declared for module in modules for declared in import_module(module).SPECS}
+    return {declared.name: declared for module in modules for declared in _declarations(module)}
 
 
 def specs() -> dict[str, MetricSpec]:
@@ -225,12 +221,10 @@ def spec(name: str) -> MetricSpec:
     if isinstance(name, str):
         own = f"capeval.{name}"
         for module in [own] if own in SPEC_MODULES else SPEC_MODULES:
-            if name in _loaded:
-                break
-            _load(module)
-    if not isinstance(name, str) or name not in _loaded:
-        raise ValueError(f"unknown metric {name!r}; choose from {', '.join(metric_names())}")
-    return _loaded[name]
+            found = next((declared for declared in _declarations(module) if declared.name == name), None)
+            if found is not None:
+                return found
+    raise ValueError(f"unknown metric {name!r}; choose from {', '.join(metric_names())}")
 
 
 def register(declaration: MetricSpec) -> None:

@@ -41,12 +41,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def add_bench_parser(
-    subparsers,
-    help: str = "reproduce human-agreement tables (Flickr8k, Composite, Pascal-50S, FOIL, VATEX-EVAL, ...)",
-) -> argparse.ArgumentParser:
-    """Add the ``bench`` command (with ``run``, ``list`` and ``published``), with its one-line ``help``, to an
-    argparse subparsers object."""
+def add_bench_parser(subparsers, help: str | None = None) -> argparse.ArgumentParser:
+    """Add the ``bench`` command (with ``run``, ``list`` and ``published``) to an argparse subparsers object, with
+    its one-line ``help`` in the listing of commands (``capeval.cli.SUBCOMMANDS`` gives ``capeval``'s)."""
     bench = subparsers.add_parser(
         "bench",
         help=help,

@@ -69,13 +69,11 @@ def process_state(device: str | torch.device | None = None):
         return SingleProcess()
     from capeval.diagnostics.extras import import_extra
 
-    import_extra(
+    accelerate = import_extra(
         "accelerate", "corpus", "scoring across the processes of a launch (torchrun, accelerate launch)"
     )
-    from accelerate import PartialState
-
     cpu = not torch.cuda.is_available() or (device is not None and torch.device(device).type == "cpu")
-    return PartialState(cpu=cpu)
+    return accelerate.PartialState(cpu=cpu)
 
 
 def _blocks(n: int, size: int) -> list[range]:

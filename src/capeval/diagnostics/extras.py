@@ -43,6 +43,12 @@ def missing(extra: str) -> list[str]:
     return absent
 
 
+def _refusal(extra: str, what: str, absent: str) -> MissingExtraError:
+    return MissingExtraError(
+        f'{what} needs capeval[{extra}]: pip install "capeval[{extra}]" (missing: {absent})'
+    )
+
+
 def require_extra(extra: str, what: str) -> None:
     """Refuse ``what`` when a library of ``extra`` is missing.
 
@@ -51,9 +57,7 @@ def require_extra(extra: str, what: str) -> None:
     """
     absent = missing(extra)
     if absent:
-        raise MissingExtraError(
-            f'{what} needs capeval[{extra}]: pip install "capeval[{extra}]" (missing: {", ".join(absent)})'
-        )
+        raise _refusal(extra, what, ", ".join(absent))
 
 
 def import_extra(module: str, extra: str, what: str) -> ModuleType:
@@ -61,6 +65,4 @@ def import_extra(module: str, extra: str, what: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise MissingExtraError(
-            f'{what} needs capeval[{extra}]: pip install "capeval[{extra}]" (missing: {err.name or module})'
-        ) from err
+        raise _refusal(extra, what, err.name or module) from err

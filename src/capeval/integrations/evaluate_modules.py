@@ -18,25 +18,18 @@ def module_path(name: str) -> Path:
         ValueError: unknown metric name, or a module not shipped with this installation.
     """
     # Looked up by its folder, so that loading one module imports no other metric's code.
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"unknown metric {name!r}; capeval ships {', '.join(shipped_module_names())}")
-    for root in _module_roots():
-        folder = root / name
-        if (folder / f"{name}.py").is_file():
-            return folder
-    shipped = shipped_module_names()
-    if name not in shipped:
-        raise ValueError(f"unknown metric {name!r}; capeval ships {', '.join(shipped)}")
+    if isinstance(name, str) and name.isidentifier():
+        for root in _module_roots():
+            folder = root / name
+            if (folder / f"{name}.py").is_file():
+                return folder
+    from capeval.registry import shipped_metrics
+
+    if name not in shipped_metrics():
+        raise ValueError(f"unknown metric {name!r}; capeval ships {', '.join(shipped_metrics())}")
     raise ValueError(
         f"metric {name!r} is not part of this capeval installation (looked in {_module_roots()})"
     )
-
-
-def shipped_module_names() -> tuple[str, ...]:
-    """capeval's metrics (``capeval.METRICS``), read from their declarations."""
-    from capeval.registry import shipped_metrics
-
-    return shipped_metrics()
 
 
 def load(name: str, **kwargs):

@@ -174,10 +174,7 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_compare_parser(
-    subparsers,
-    help: str = "is the difference real? paired permutation / bootstrap test of two systems on the same images",
-) -> argparse.ArgumentParser:
+def add_compare_parser(subparsers, help: str) -> argparse.ArgumentParser:
     """Add the ``compare`` command, with its one-line ``help``, to an argparse subparsers object."""
     from capeval.validation import check_count, cli_type
 
