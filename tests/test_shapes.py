@@ -273,6 +273,25 @@ def test_shapes_clip_folder_is_a_small_complete_transformers_folder(shapes_backb
     assert record["config"]["seed"] == 0 and record["held_out"]["top1"] >= 0.9
 
 
+def _world_token_ids(backbone) -> set[int]:
+    from capeval.clip.tokenization import PREFIX, tokenize_captions, with_prefix
+
+    wordings = [t for scene in S.all_scenes() for t in (caption(scene), *S.paraphrases(scene))]
+    wordings += [with_prefix(t, PREFIX) for t in wordings]
+    ids, _ = tokenize_captions(backbone.tokenizer, wordings, backbone.context_length)
+    return {i for row in ids for i in row}
+
+
+def test_shapes_clip_stores_zeros_for_every_token_no_wording_of_the_world_uses(shapes_backbone):
+    """Only rows training touched hold values, so every caption and paraphrase scores as the trained model did."""
+    table = shapes_backbone.model.text_model.embeddings.token_embedding.weight
+    nonzero = set(table.ne(0).any(dim=1).nonzero().flatten().tolist())
+    assert nonzero == _world_token_ids(shapes_backbone)
+    assert len(nonzero) == 51
+    record = json.loads((S.shapes_clip_path() / "training.json").read_text())
+    assert record["untrained_token_rows_zeroed"] == 49408 - 51
+
+
 def test_shapes_clip_meets_its_accuracy_targets_on_held_out_drawings():
     from capeval.shapes.training import evaluate_shapes_clip
 
@@ -355,6 +374,32 @@ def test_training_writes_a_folder_that_capeval_loads_and_scores_with(tmp_path):
         ["a red circle on the left"], images=[draw(Scene("red", "circle", "left"))]
     )
     assert np.isfinite(out["scores"][0])
+
+
+def test_untrained_token_rows_are_the_rows_still_at_their_start():
+    import torch
+
+    from capeval.shapes.training import zero_untrained_token_rows
+
+    initial = torch.arange(12, dtype=torch.float32).view(4, 3)
+    table = initial.clone()
+    table[1, 2] += 0.5  # one element moved: the row was trained
+    table[3] -= 1.0
+    assert zero_untrained_token_rows(table, initial) == 2
+    assert table[0].eq(0).all() and table[2].eq(0).all()
+    assert table[1].tolist() == [3.0, 4.0, 5.5] and table[3].tolist() == [8.0, 9.0, 10.0]
+
+
+def test_training_zeroes_the_rows_of_tokens_its_captions_never_used(tmp_path):
+    from safetensors.torch import load_file
+
+    from capeval.shapes.training import train_shapes_clip
+
+    result = train_shapes_clip(tmp_path / "m", _tiny_cfg(), log_every=0)
+    table = load_file(tmp_path / "m" / "model.safetensors")["text_model.embeddings.token_embedding.weight"]
+    used = table.ne(0).any(dim=1)
+    assert result["untrained_token_rows_zeroed"] == int((~used).sum()) > 49_000
+    assert used[49406] and used[49407]  # start and end of text, in every caption
 
 
 def test_training_is_reproducible_for_a_seed(tmp_path):

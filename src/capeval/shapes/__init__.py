@@ -78,7 +78,8 @@ __all__ = [
 def shapes_clip_path() -> Path:
     """Folder of the committed shapes CLIP (a transformers ``CLIPModel`` folder with its tokenizer).
 
-    Pass ``str(shapes_clip_path())`` as ``model=`` to any capeval metric.
+    Pass ``str(shapes_clip_path())`` as ``model=`` to any capeval metric. It knows only the words of the
+    shapes world: the token rows of every other word are zeros (see ``training.zero_untrained_token_rows``).
     """
     from capeval.clip.model_sources import shipped_shapes_clip
 

@@ -58,6 +58,25 @@ class ShapesTrainConfig:
     save_dtype: str = "float16"  # storage dtype of the saved weights (load_backbone casts to its dtype)
 
 
+def zero_untrained_token_rows(table: torch.Tensor, initial: torch.Tensor) -> int:
+    """Set to zero every row of a token table still equal to its initial value; returns how many.
+
+    Training touches only the rows of tokens its captions use (51 of CLIP's 49,408): AdamW without weight
+    decay leaves a row whose gradient was always zero bit for bit at its random start. Those rows carry no
+    learned meaning, and stored as zeros they compress to nothing in the wheel (the table is 6.3 MB of random
+    float16 otherwise). A caption made only of trained tokens scores exactly as before; one holding another
+    token now reads a zero row instead of noise.
+
+    Args:
+        table (torch.Tensor): (V, D) the trained token embedding, changed in place.
+        initial (torch.Tensor): (V, D) the same table before training.
+    """
+    untrained = (table == initial.to(table.dtype)).all(dim=1)
+    with torch.no_grad():
+        table[untrained] = 0
+    return int(untrained.sum())
+
+
 def build_shapes_clip(cfg: ShapesTrainConfig):
     """A fresh (untrained) model of the config's geometry, seeded, with the real CLIP tokenizer."""
     from transformers import CLIPModel
@@ -177,6 +196,7 @@ def train_shapes_clip(
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     model, tokenizer = build_shapes_clip(cfg)
+    initial_table = model.text_model.embeddings.token_embedding.weight.detach().clone()
     model.to(device).train()
     batches = _Batches(cfg, tokenizer, model.config.text_config.max_position_embeddings)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
@@ -199,10 +219,16 @@ def train_shapes_clip(
             log(f"step {step + 1}/{cfg.steps}  loss {running:.4f}  {time.perf_counter() - start:.0f}s")
     seconds = time.perf_counter() - start
     model.cpu().eval()
+    zeroed = zero_untrained_token_rows(model.text_model.embeddings.token_embedding.weight, initial_table)
     if cfg.save_dtype == "float16":
         model = model.half()
     save_clip_folder(model, tokenizer, out_dir)
-    return {"seconds": seconds, "final_loss": running, "config": asdict(cfg)}
+    return {
+        "seconds": seconds,
+        "final_loss": running,
+        "untrained_token_rows_zeroed": zeroed,
+        "config": asdict(cfg),
+    }
 
 
 def held_out_images(n: int, seed: int = 12345) -> tuple[list, list[Scene]]:
