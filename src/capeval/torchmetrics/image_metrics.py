@@ -15,11 +15,46 @@ from capeval.clipscore import CLIPScore as _CLIPScore
 from capeval.clipscore import RefCLIPScore as _RefCLIPScore
 from capeval.pacscore import PACScore as _PACScore
 from capeval.scores import W_CLIP_S, W_PAC_S
-from capeval.torchmetrics.metric import CapevalMetric
+from capeval.torchmetrics.metric import CapevalMetric, split_arguments
 from capeval.validation import check_options
 
 
-class CLIPScore(CapevalMetric):
+class ImageMetric(CapevalMetric):
+    """What the image metrics share: the options checked when the metric is made, each batch scored at ``update``
+    by the capeval callable and its per-sample values kept, one float64 list state each.
+
+    A subclass spells its keywords in its ``__init__`` and hands them on as ``super().__init__(locals())``; it
+    declares ``name``, ``scorer_class`` and ``kept``.
+    """
+
+    # {state: the callable's per-sample result key}; the state is called f"{name}_{state}".
+    kept: dict[str, str] = {"scores": "scores"}
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        options, torchmetrics_options = split_arguments(arguments)
+        check_options(**options)  # now, not at the first update: the model itself loads there
+        super().__init__(options, **torchmetrics_options)
+        for state in self.kept:
+            self._add_list_state(f"{self.name}_{state}")
+
+    def update(
+        self,
+        preds: Sequence[str],
+        images: Sequence | None = None,
+        references: Sequence[Sequence[str]] | None = None,
+        image_embeds=None,
+    ) -> None:
+        """Score a batch: B captions, their B images (or ``image_embeds``, (B, D)) and B lists of references."""
+        self._keep(self.scorer(preds, references, images=images, image_embeds=image_embeds))
+
+    def _keep(self, out: dict[str, Any]) -> None:
+        # A value the callable gives only for some inputs (RefPAC-S, with references) is kept when it is there.
+        for state, key in self.kept.items():
+            if key in out:
+                self._append(f"{self.name}_{state}", out[key])
+
+
+class CLIPScore(ImageMetric):
     """CLIP-S (Hessel et al. 2021) per batch: ``update(preds, images=...)`` (or ``image_embeds=``).
 
     Args:
@@ -50,28 +85,14 @@ class CLIPScore(CapevalMetric):
         process_group: Any = None,
         compute_on_cpu: bool = False,
     ) -> None:
-        options = dict(
-            model=model,
-            device=device,
-            dtype=dtype,
-            batch_size=batch_size,
-            prefix=prefix,
-            w=w,
-            num_workers=num_workers,
-            progress=progress,
-            checkpoint=checkpoint,
-        )
-        check_options(**options)  # now, not at the first update: the model itself loads there
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
-        self._add_list_state("clipscore_scores")
+        super().__init__(locals())
 
     def update(self, preds: Sequence[str], images: Sequence | None = None, image_embeds=None) -> None:
         """Score a batch: ``preds`` (B captions) against ``images`` (B images) or ``image_embeds`` (B, D)."""
-        out = self.scorer(preds, images=images, image_embeds=image_embeds)
-        self._append("clipscore_scores", out["scores"])
+        self._keep(self.scorer(preds, images=images, image_embeds=image_embeds))
 
 
-class RefCLIPScore(CapevalMetric):
+class RefCLIPScore(ImageMetric):
     """RefCLIP-S (Hessel et al. 2021, eq. 2) per batch: ``update(preds, images=..., references=...)``.
 
     Args: those of ``CLIPScore`` and ``clip_reference_cosine`` (as for ``capeval.RefCLIPScore``).
@@ -81,6 +102,7 @@ class RefCLIPScore(CapevalMetric):
 
     name = "refclipscore"
     scorer_class = _RefCLIPScore
+    kept = {"scores": "scores", "clip_s": "clip_s_scores"}
 
     def __init__(
         self,
@@ -99,41 +121,14 @@ class RefCLIPScore(CapevalMetric):
         process_group: Any = None,
         compute_on_cpu: bool = False,
     ) -> None:
-        options = dict(
-            model=model,
-            device=device,
-            dtype=dtype,
-            batch_size=batch_size,
-            prefix=prefix,
-            w=w,
-            num_workers=num_workers,
-            progress=progress,
-            checkpoint=checkpoint,
-            clip_reference_cosine=clip_reference_cosine,
-        )
-        check_options(**options)
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
-        self._add_list_state("refclipscore_scores")
-        self._add_list_state("refclipscore_clip_s")
-
-    def update(
-        self,
-        preds: Sequence[str],
-        images: Sequence | None = None,
-        references: Sequence[Sequence[str]] | None = None,
-        image_embeds=None,
-    ) -> None:
-        """Score a batch: B captions, their B images (or ``image_embeds``) and B lists of references."""
-        out = self.scorer(preds, references, images=images, image_embeds=image_embeds)
-        self._append("refclipscore_scores", out["scores"])
-        self._append("refclipscore_clip_s", out["clip_s_scores"])
+        super().__init__(locals())
 
     def _results(self) -> dict[str, Any]:
         clip_s = self._scores("refclipscore_clip_s")
         return {**super()._results(), "clip_s": float(clip_s.mean()), "clip_s_scores": clip_s.tolist()}
 
 
-class PACScore(CapevalMetric):
+class PACScore(ImageMetric):
     """PAC-S (Sarto et al. 2023) per batch: ``update(preds, images=..., references=None)``.
 
     Args: as for ``capeval.PACScore`` (``checkpoint`` required), ``device=None`` as in ``CLIPScore``, and
@@ -147,6 +142,7 @@ class PACScore(CapevalMetric):
     name = "pacscore"
     scorer_class = _PACScore
     plot_lower_bound = 0.0
+    kept = {"scores": "scores", "ref_scores": "refpacscore_scores"}
 
     def __init__(
         self,
@@ -169,22 +165,7 @@ class PACScore(CapevalMetric):
             from capeval.clip.checkpoints.load import missing_checkpoint_help
 
             raise ValueError(missing_checkpoint_help())
-        options = dict(
-            checkpoint=checkpoint,
-            model=model,
-            device=device,
-            dtype=dtype,
-            batch_size=batch_size,
-            prefix=prefix,
-            w=w,
-            num_workers=num_workers,
-            progress=progress,
-            clip_reference_cosine=clip_reference_cosine,
-        )
-        check_options(**options)
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
-        self._add_list_state("pacscore_scores")
-        self._add_list_state("pacscore_ref_scores")
+        super().__init__(locals())
 
     def update(
         self,
@@ -202,10 +183,7 @@ class PACScore(CapevalMetric):
                 f"PACScore: this batch has {'no ' if references is None else ''}references but the {scored} "
                 f"predictions before it were scored {had} them: give references in every update or in none"
             )
-        out = self.scorer(preds, references, images=images, image_embeds=image_embeds)
-        self._append("pacscore_scores", out["scores"])
-        if references is not None:
-            self._append("pacscore_ref_scores", out["refpacscore_scores"])
+        super().update(preds, images, references, image_embeds)
 
     def _ref_scores(self) -> torch.Tensor | None:
         refs = self._cat("pacscore_ref_scores")

@@ -18,6 +18,26 @@ dim_zero_cat = import_extra(
 ).dim_zero_cat
 
 
+# The keywords every class passes to torchmetrics' ``Metric`` rather than to the capeval callable.
+TORCHMETRICS_OPTIONS = ("sync_on_compute", "process_group", "compute_on_cpu")
+
+
+def split_arguments(arguments: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A constructor's arguments, its ``locals()`` before it assigns anything, split into the capeval callable's
+    options and torchmetrics' own: each class spells its keywords once, in its signature.
+
+    Returns:
+        tuple: ``(options, torchmetrics_options)``, each in the signature's order (``self`` and the ``__class__``
+        cell of a zero-argument ``super()`` left out).
+    """
+    options = {
+        name: value
+        for name, value in arguments.items()
+        if name not in ("self", "__class__", *TORCHMETRICS_OPTIONS)
+    }
+    return options, {name: arguments[name] for name in TORCHMETRICS_OPTIONS}
+
+
 class CapevalMetric(Metric):
     """What the six share: the capeval scorer (built lazily on the right device), float64 per-sample states,
     synced reads outside ``compute``."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from capeval.scores import WEMBSIM_ABSOLUTE_COSINE
-from capeval.torchmetrics.metric import CapevalMetric
+from capeval.torchmetrics.metric import CapevalMetric, split_arguments
 from capeval.wembsim import REDUCTION
 from capeval.wembsim import WEmbSim as _WEmbSim
 from capeval.wmd import SIGMA
@@ -42,16 +42,8 @@ class WMD(CapevalMetric):
         process_group: Any = None,
         compute_on_cpu: bool = False,
     ) -> None:
-        options = dict(
-            vectors=vectors,
-            sigma=sigma,
-            normalize_vectors=normalize_vectors,
-            stopwords=stopwords,
-            tokenizer=tokenizer,
-            prune=prune,
-            num_workers=num_workers,
-        )
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
+        options, torchmetrics_options = split_arguments(locals())
+        super().__init__(options, **torchmetrics_options)
         self.scorer  # noqa: B018 - the vectors load now: a bad option or file fails here, not mid-validation
         self._add_list_state("wmd_scores")
         self._add_list_state("wmd_distances")
@@ -94,15 +86,8 @@ class WEmbSim(CapevalMetric):
         process_group: Any = None,
         compute_on_cpu: bool = False,
     ) -> None:
-        options = dict(
-            vectors=vectors,
-            reduction=reduction,
-            stopwords=stopwords,
-            normalize_vectors=normalize_vectors,
-            tokenizer=tokenizer,
-            absolute_cosine=absolute_cosine,
-        )
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
+        options, torchmetrics_options = split_arguments(locals())
+        super().__init__(options, **torchmetrics_options)
         self.scorer  # noqa: B018 - the vectors load now
         self._add_list_state("wembsim_scores")
 

@@ -14,8 +14,8 @@ from capeval.clip.video import NUM_FRAMES
 from capeval.emscore import BATCH_PADDING
 from capeval.emscore import EMScore as _EMScore
 from capeval.signature import parse_signature
-from capeval.torchmetrics.metric import CapevalMetric
-from capeval.validation import check_options, check_predictions, check_references
+from capeval.torchmetrics.metric import CapevalMetric, split_arguments
+from capeval.validation import OPTION_RULE_NAMES, check_options, check_predictions, check_references
 
 
 def _inputs_named(videos: bool, references: bool) -> str:
@@ -81,33 +81,15 @@ class EMScore(CapevalMetric):
         process_group: Any = None,
         compute_on_cpu: bool = False,
     ) -> None:
-        check_options(
-            model=model,
-            checkpoint=checkpoint,
-            device=device,
-            dtype=dtype,
-            batch_size=batch_size,
-            num_frames=num_frames,
-            num_workers=num_workers,
-            progress=progress,
-        )
+        options, torchmetrics_options = split_arguments(locals())
+        # idf and batch_padding are EMScore's own: check_options has rules for the options metrics share.
+        check_options(**{name: value for name, value in options.items() if name in OPTION_RULE_NAMES})
         if batch_padding not in BATCH_PADDING:
             raise ValueError(
                 f"batch_padding={batch_padding!r}: choose from {', '.join(map(repr, BATCH_PADDING))}"
             )
-        options = dict(
-            model=model,
-            device=device,
-            dtype=dtype,
-            batch_size=batch_size,
-            num_frames=num_frames,
-            idf=_EMScore._check_idf(idf),
-            checkpoint=checkpoint,
-            num_workers=num_workers,
-            progress=progress,
-            batch_padding=batch_padding,
-        )
-        super().__init__(options, sync_on_compute, process_group, compute_on_cpu)
+        options["idf"] = _EMScore._check_idf(idf)
+        super().__init__(options, **torchmetrics_options)
         for name, dtype in self._STATES.items():
             self._add_list_state(f"emscore_{name}", dtype)
 
