@@ -1,5 +1,6 @@
 """How a bare ``evaluate.load("<name>")`` behaves, and how long it takes, when the Hub says it has no such module,
 refuses the connection or never answers: fresh processes against a local stand-in for the Hub (``HF_ENDPOINT``).
+The same for a Hub model the local cache lacks: how long capeval takes to refuse it (``refuse_in_fresh_process``).
 
 Used by ``scripts/bench_module_loading.py`` (the times docs/guides/evaluate.md quotes) and ``tests/test_install_modules.py``.
 The child process is this module run as a script (``python -m capeval_dev.perf.module_loading SPEC``): it imports
@@ -137,7 +138,24 @@ def load_in_fresh_process(
     Raises:
         RuntimeError: the process failed (its stderr is in the message).
     """
-    spec = json.dumps({"load": list(targets), "compute": list(compute)})
+    return _run_child({"load": list(targets), "compute": list(compute)}, env, cwd, timeout)
+
+
+def refuse_in_fresh_process(
+    models: list[str], env: dict[str, str], cwd: str | os.PathLike, timeout: float = 600
+) -> dict[str, dict]:
+    """``capeval.load_backbone`` each Hub model (one the local cache lacks) in a new Python process; returns, per
+    model, the seconds until it returned or raised (``seconds``) and how it ended (``outcome``: the error's class
+    and the start of its message, or ``"loaded"``).
+
+    Raises:
+        RuntimeError: the process failed (its stderr is in the message).
+    """
+    return _run_child({"load": [], "compute": [], "refuse": list(models)}, env, cwd, timeout)
+
+
+def _run_child(spec: dict, env: dict[str, str], cwd: str | os.PathLike, timeout: float) -> dict[str, dict]:
+    spec = json.dumps(spec)
     done = subprocess.run(
         [sys.executable, "-m", "capeval_dev.perf.module_loading", spec],
         env=env,
@@ -191,6 +209,20 @@ def _main(spec: dict) -> dict[str, dict]:
         if target in spec["compute"]:
             entry["result"] = module.compute(**example_inputs(Path(file).stem))
         out[target] = entry
+    if spec.get("refuse"):
+        import huggingface_hub  # noqa: F401 - imported before timing, as transformers below
+        import transformers  # noqa: F401
+
+        from capeval.clip.backbones import load_backbone
+
+        for model in spec["refuse"]:
+            start = time.perf_counter()
+            try:
+                load_backbone(model, device="cpu")
+                outcome = "loaded"
+            except (OSError, ValueError) as err:
+                outcome = f"{type(err).__name__}: {err}"
+            out[model] = {"seconds": time.perf_counter() - start, "outcome": outcome}
     return out
 
 
