@@ -41,6 +41,13 @@ def add_corpus_arguments(parser) -> None:
     group.add_argument("--image-column", default=None)
     group.add_argument("--references-column", default=None)
     group.add_argument("--id-column", default=None)
+    _add_reading_arguments(group)
+    _add_output_arguments(group)
+    _add_executor_arguments(parser.add_argument_group("executors"))
+
+
+def _add_reading_arguments(group) -> None:
+    """Where rows come from: the dataset split, the image root, the chunk size of row files."""
     group.add_argument("--split", default=None, help="dataset split (datasets sources)")
     group.add_argument(
         "--image-root",
@@ -49,6 +56,16 @@ def add_corpus_arguments(parser) -> None:
         help="the folder rows may read the images they name by path in (JSONL, CSV, Parquet, datasets); default: "
         "each row's data file's folder only (an absolute path or one leading out of it is an error row)",
     )
+    group.add_argument(
+        "--chunk-size",
+        type=cli_type("chunk_size", int, check_count),
+        default=CHUNK_SIZE,
+        help=f"rows per shard of a JSONL, CSV, image-folder or datasets source (default {CHUNK_SIZE})",
+    )
+
+
+def _add_output_arguments(group) -> None:
+    """What is written beside the scores: the kept rows and their cut, embeddings, the raw cosine."""
     group.add_argument(
         "--threshold",
         type=cli_type("threshold", float, check_finite_number),
@@ -62,12 +79,6 @@ def add_corpus_arguments(parser) -> None:
         help="write kept.jsonl with the top fraction of rows by --threshold-key (DataComp's cut, e.g. 0.3)",
     )
     group.add_argument("--threshold-key", default=None, help="per-row score the cut applies to")
-    group.add_argument(
-        "--chunk-size",
-        type=cli_type("chunk_size", int, check_count),
-        default=CHUNK_SIZE,
-        help=f"rows per shard of a JSONL, CSV, image-folder or datasets source (default {CHUNK_SIZE})",
-    )
     group.add_argument(
         "--save-embeddings", action="store_true", help="also write float16 image and caption embeddings"
     )
@@ -89,7 +100,9 @@ def add_corpus_arguments(parser) -> None:
         help="also write OUTPUT/embeddings/ in clip-retrieval's layout (img_emb/, text_emb/, metadata/) for "
         "autofaiss and embedding-reader (implies --save-embeddings)",
     )
-    where = parser.add_argument_group("executors")
+
+
+def _add_executor_arguments(where) -> None:
     where.add_argument("--executor", default="local", choices=EXECUTORS, help="where shards are scored")
     where.add_argument(
         "--num-workers",
