@@ -51,7 +51,7 @@ class Backbone:
         model_id: the Hub id, or the name of the local folder it was loaded from (its contents are named by
             ``revision``; the path is left out so that signatures are the same on every machine).
         revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix over the weight files and the files that
-            decide numbers (``checkpoints.files.weights_sha256``); for a model object, ``state-sha256:`` over its
+            decide numbers (``checkpoints.hashes.weights_sha256``); for a model object, ``state-sha256:`` over its
             weights, config and tokenizer (``model_identity``).
         device: where it runs.
         dtype: its floating-point type.
@@ -239,7 +239,7 @@ def _cached(key: tuple, build: Callable[[], Backbone]) -> Backbone:
 
 def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
     """An OpenCLIP file (``capeval.clip.open_clip_files``), cached by everything that decides its numbers."""
-    from capeval.clip.checkpoints.files import files_sha256, settings_files
+    from capeval.clip.checkpoints.hashes import files_sha256, settings_files
     from capeval.clip.open_clip_files import open_clip_fields, resolve_open_clip
 
     source = resolve_open_clip(model)
@@ -253,7 +253,7 @@ def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: 
 
 def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
     """A Long-CLIP file (``capeval.clip.longclip_files``), cached by the file's and its tokenizer files' hash."""
-    from capeval.clip.checkpoints.files import files_sha256, settings_files
+    from capeval.clip.checkpoints.hashes import files_sha256, settings_files
     from capeval.clip.longclip_files import longclip_fields, resolve_longclip
 
     if checkpoint is not None:

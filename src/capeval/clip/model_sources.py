@@ -13,7 +13,7 @@ import os
 import shlex
 from pathlib import Path
 
-from capeval.clip.checkpoints.files import weights_sha256
+from capeval.clip.checkpoints.hashes import weights_sha256
 from capeval.clip.hub_probe import hub_offline, offline_switch, probe_hub, worth_downloading
 
 
