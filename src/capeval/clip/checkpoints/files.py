@@ -7,7 +7,7 @@ import argparse
 import json
 import pickle
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -170,6 +170,34 @@ def check_pickled_weights(folder: Path, hint: str) -> None:
         return  # transformers prefers the safetensors weights, whose reader checks every shape against its bytes
     for path in sorted(folder.glob("*.bin")):
         torch_load_weights(path, hint)
+
+
+def read_model_weights(
+    folder: Path, read: Callable[[], torch.nn.Module], what: str, hint: str
+) -> torch.nn.Module:
+    """The model ``read()`` builds from a model folder's weights (transformers' ``from_pretrained``), with the checks
+    on either side of it: pickled weights first (``check_pickled_weights``), then NaN or inf in what was read
+    (``check_finite``, naming the weights ``what``).
+
+    Raises:
+        ValueError: see ``check_pickled_weights`` and ``check_finite``; whatever ``read`` raises.
+    """
+    check_pickled_weights(folder, hint)  # before transformers reads them
+    model = read()
+    check_finite(model.state_dict().items(), what)
+    return model
+
+
+def read_finite_state_dict(path: str | Path, what: str, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
+    """``read_state_dict`` of a file holding a whole model, refused when a tensor holds NaN or inf (``check_finite``,
+    naming the weights ``what``).
+
+    Raises:
+        FileNotFoundError, ValueError: see ``read_state_dict`` and ``check_finite``.
+    """
+    sd = read_state_dict(path, hint)
+    check_finite(sd.items(), what)
+    return sd
 
 
 def check_finite(

@@ -60,6 +60,12 @@ def weights_sha256(folder: Path) -> str:
     return files_sha256(weights + settings_files(folder))
 
 
+def beside_sha256(path: Path) -> str:
+    """The revision of a weights file read with the settings files beside it (its tokenizer's files, an OpenCLIP
+    sidecar): ``files_sha256`` of the file and ``settings_files`` of its folder."""
+    return files_sha256([path, *settings_files(path.parent)])
+
+
 def files_sha256(paths: Iterable[Path]) -> str:
     """``sha256:`` and 12 hex digits over each file's name and contents hash (``file_sha256``, cached), in name
     order: a revision of a set of files that costs one read per file and process until a file changes."""
