@@ -261,13 +261,13 @@ def test_editing_a_processor_tokenizer_or_provenance_file_names_another_model(
 def test_a_folders_files_are_hashed_once_per_process_until_one_changes(tiny_clip_dir, tmp_path, monkeypatch):
     import os
 
-    from capeval.clip.checkpoints import files
+    from capeval.clip.checkpoints import hashes
 
     folder = _copy_folder(tiny_clip_dir, tmp_path / "clip")
     weights = folder / "model.safetensors"
     read: list[str] = []
-    real = files._read_sha256
-    monkeypatch.setattr(files, "_read_sha256", lambda path: read.append(path.name) or real(path))
+    real = hashes._read_sha256
+    monkeypatch.setattr(hashes, "_read_sha256", lambda path: read.append(path.name) or real(path))
     first = load_backbone(str(folder))
     assert read.count("model.safetensors") == 1 and "config.json" in read
     read.clear()

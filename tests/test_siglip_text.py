@@ -24,8 +24,9 @@ import torch.nn.functional as F
 
 import capeval
 from capeval.clip.backbones import load_backbone
-from capeval.clip.families import FAMILIES, lower_cases, tokenize_texts
+from capeval.clip.families import FAMILIES, tokenize_texts
 from capeval.clip.text_encoding import encode_texts
+from capeval.clip.tokenizer_check import lower_cases
 from capeval_dev.testing.tiny_families import build_tiny_family, build_tiny_siglip2
 
 CAPTIONS = ["a photo of a dog running on the beach", "a red square and a blue circle", "a man", "a big cat"]

@@ -34,7 +34,6 @@ from capeval.validation import (
     check_predictions,
     check_references,
     check_same_length,
-    check_signature_text,
 )
 
 
@@ -109,21 +108,20 @@ class CLIPScore:
         progress: bool | None = None,
         checkpoint: str | None = None,
     ) -> None:
-        # Every option is checked before the model loads: a bad one costs nothing.
+        # Every option is checked before the model loads: a bad one costs nothing. Device and dtype are resolved
+        # together, once: the backbone is loaded onto what they resolved to (a '|' in the name of the folder a link
+        # leads to is refused there, where the backbone is named).
         options = check_options(
             model=model,
             checkpoint=checkpoint,
-            device=device,
-            dtype=dtype,
+            placement=(device, dtype),
             batch_size=batch_size,
             prefix=prefix,
             w=w,
             num_workers=num_workers,
             progress=progress,
         )
-        self.backbone: Backbone = load_backbone(model, device=device, dtype=dtype, checkpoint=checkpoint)
-        # A folder reached through a link is named by its target: refuse a '|' there too, before any scoring.
-        check_signature_text("model", self.backbone.model_id)
+        self.backbone: Backbone = load_backbone(model, checkpoint=checkpoint, placement=options["placement"])
         self.batch_size = options["batch_size"]
         # An English prompt means nothing to a multilingual or Chinese text tower: its family's default is "".
         self.prefix = (

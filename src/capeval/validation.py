@@ -333,6 +333,13 @@ def _check_dtype(dtype):
     return dtype
 
 
+def _check_placement(placement):
+    from capeval.clip.devices import resolve_placement
+
+    device, dtype = placement
+    return resolve_placement(device, dtype)
+
+
 def _check_num_frames(num_frames):
     from capeval.clip.video import check_num_frames
 
@@ -346,6 +353,8 @@ _OPTION_RULES: dict[str, Callable] = {
     "vectors": lambda v: check_signature_text("vectors", v),
     "device": _check_device,
     "dtype": _check_dtype,
+    # (device, dtype) resolved together into the Placement load_backbone takes, so neither is resolved twice.
+    "placement": _check_placement,
     "batch_size": lambda v: check_count("batch_size", v),
     "num_workers": lambda v: check_count("num_workers", v, optional=True),
     "num_frames": _check_num_frames,
@@ -364,8 +373,9 @@ OPTION_RULE_NAMES = frozenset(_OPTION_RULES)  # the options check_options has a 
 
 def check_options(**options) -> dict:
     """The shared options of a metric, each checked by its rule; returns them normalised (``batch_size`` an
-    int, ``w`` a float, ...). Called first in every metric's constructor, so a bad option is refused before any
-    model, checkpoint or vectors file is read.
+    int, ``w`` a float, ``placement=(device, dtype)`` the ``capeval.clip.devices.Placement`` for ``load_backbone``,
+    ...). Called first in every metric's constructor, so a bad option is refused before any model, checkpoint or
+    vectors file is read.
 
     Raises:
         TypeError: an option of the wrong type (named, with the value).

@@ -21,21 +21,23 @@ from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.files import check_finite, check_pickled_weights
-from capeval.clip.devices import DTYPES, place_for_scoring, resolve_device, resolve_dtype
-from capeval.clip.families import CLIP, Family, context_length, lower_cases
-from capeval.clip.image_constants import (
-    PREPROCESSOR_FILE,
-    ImageConstants,
-    decide_image_constants,
-    folder_origins,
-    image_settings_file,
+from capeval.clip.checkpoints.files import check_finite, read_model_weights
+from capeval.clip.devices import (  # resolve_device, resolve_dtype: re-exported, callers import them here
+    DTYPES,
+    Placement,
+    resolve_device,  # noqa: F401
+    resolve_dtype,  # noqa: F401
+    resolve_placement,
 )
+from capeval.clip.families import CLIP, Family, family_and_class
+from capeval.clip.image_constants import PREPROCESSOR_FILE, ImageConstants, folder_image_recipe
 from capeval.clip.model_sources import (  # model_unavailable: re-exported, callers import it here
     HubModelUnavailableError,
-    locate_model,
+    ModelSource,
+    find_model,
     model_unavailable,  # noqa: F401
 )
+from capeval.clip.tokenizer_check import checked_tokenizer
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -51,7 +53,7 @@ class Backbone:
         model_id: the Hub id, or the name of the local folder it was loaded from (its contents are named by
             ``revision``; the path is left out so that signatures are the same on every machine).
         revision: Hub commit (first 7 hex digits) or ``sha256:`` prefix over the weight files and the files that
-            decide numbers (``checkpoints.files.weights_sha256``); for a model object, ``state-sha256:`` over its
+            decide numbers (``checkpoints.hashes.weights_sha256``); for a model object, ``state-sha256:`` over its
             weights, config and tokenizer (``model_identity``).
         device: where it runs.
         dtype: its floating-point type.
@@ -65,7 +67,7 @@ class Backbone:
         family: the model class and its conventions (``capeval.clip.families``); for families other than CLIP,
             ``image_size`` is a ``ProcessorGeometry`` and ``context_length`` the tokenizer's text length.
         lowercase: captions and the prompt are lower-cased (ASCII) before the tokenizer, because the tokenizer files
-            ask for it and the transformers tokenizer does not do it (SigLIP 2: ``families.lower_cases``).
+            ask for it and the transformers tokenizer does not do it (SigLIP 2: ``tokenizer_check.lower_cases``).
         live: a model object the caller holds (``capeval.clip.in_memory``): scored in eval mode with its modes
             restored, its weights, config and tokenizer named in ``revision`` at each call (``refresh``: their
             digests are kept until they change), the wrapper itself never cached.
@@ -87,6 +89,14 @@ class Backbone:
     lowercase: bool = False
     live: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        # model_id is written into every signature, whose fields '|' separates. The model= option's own check saw
+        # the name as given; a folder reached through a link is named by its target.
+        if "|" in self.model_id:
+            raise ValueError(
+                f"model {self.model_id!r} contains '|', the separator of result signatures: rename it"
+            )
 
     @property
     def name(self) -> str:
@@ -164,30 +174,19 @@ def write_preprocessor_config(folder: str | os.PathLike, image_size: int, mean: 
     return path
 
 
-def _image_constants(
-    folder: Path, config, hub_id: str | None, family: Family = CLIP
-) -> tuple[int, ImageConstants]:
-    """Input size from the vision config; mean/std by origin or from the image settings file (never assumed).
-    Other families: geometry and constants from their image processor's file (``families.image_recipe``). The file
-    is ``preprocessor_config.json`` or transformers 5's ``processor_config.json`` (``image_settings_file``)."""
-    settings = image_settings_file(folder, hub_id)
-    where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
-    if not family.is_clip:
-        from capeval.clip.families import image_recipe
-
-        return image_recipe(where, folder, settings)
-    size = int(config.vision_config.image_size)
-    origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
-    return size, decide_image_constants(where, folder, settings, origins)
-
-
 def load_backbone(
     model: str = DEFAULT_MODEL,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype = "float32",
     checkpoint: str | None = None,
+    *,
+    placement: Placement | None = None,
 ) -> Backbone:
     """Load a CLIP model once per process and return the cached one afterwards.
+
+    Each module a model's form needs is asked once, for everything it decides: where the model lives
+    (``model_sources``), its family (``families``), its tokenizer (``tokenizer_check``), how its images are prepared
+    (``image_constants``) and its weights (``checkpoints.files``).
 
     Args:
         model: Hub id (e.g. ``openai/clip-vit-base-patch32``), a local transformers folder, or a model object with
@@ -195,11 +194,15 @@ def load_backbone(
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` = first GPU if any, else CPU.
         dtype: ``"float32"`` (default), ``"float16"`` or ``"bfloat16"``.
         checkpoint: extra weights loaded over the model (PAC-S); see ``capeval.clip.checkpoints``.
+        placement: ``device`` and ``dtype`` already resolved together (``devices.resolve_placement``, as a metric's
+            ``check_options(placement=(device, dtype))`` gives it): they are then neither read nor resolved again.
 
     Raises:
         ValueError: unknown model, device or dtype, or a folder that is not a CLIP model.
         OSError: the model is not available offline; the message says how to fix it.
     """
+    if placement is None:
+        placement = resolve_placement(device, dtype)
     if not isinstance(model, (str, os.PathLike)):
         from capeval.clip.in_memory import model_object_fields
 
@@ -208,24 +211,25 @@ def load_backbone(
                 "checkpoint= replaces a model's weights, and model= is a model object the caller holds: load the "
                 "checkpoint into a Hub id or folder instead (PAC-S's weights are a whole model)"
             )
-        return Backbone(**model_object_fields(model, device, dtype))  # never cached: its weights change
+        return Backbone(**model_object_fields(model, placement))  # never cached: its weights change
     model = os.fspath(model)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype)
-    from capeval.clip.longclip_files import is_longclip_model
-    from capeval.clip.open_clip_files import is_open_clip_model
-
-    if is_longclip_model(model):
-        return _load_longclip(model, dev, dt, checkpoint)
-    if is_open_clip_model(model):
-        return _load_open_clip(model, dev, dt, checkpoint)
-    folder, revision = locate_model(model)
+    source = find_model(model)
+    if source.form == "longclip":
+        return _load_longclip(model, placement, checkpoint)
+    if source.form == "open_clip":
+        return _load_open_clip(model, placement, checkpoint)
     # A local folder is named by its own name and (in the revision) its contents, never its path: two clones
     # scoring with the same weights sign alike. The cache key keeps the path.
-    local = folder.is_dir() and Path(os.path.expanduser(model)).is_dir()
-    model_id = folder.name if local else model
-    key = (str(folder) if local else model, revision, str(dev), dt, checkpoint)
-    return _cached(key, lambda: _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint))
+    local = source.hub_id is None
+    model_id = source.folder.name if local else model
+    key = (
+        str(source.folder) if local else model,
+        source.revision,
+        str(placement.device),
+        placement.dtype,
+        checkpoint,
+    )
+    return _cached(key, lambda: _load_uncached(model, model_id, source, placement, checkpoint))
 
 
 def _cached(key: tuple, build: Callable[[], Backbone]) -> Backbone:
@@ -237,23 +241,26 @@ def _cached(key: tuple, build: Callable[[], Backbone]) -> Backbone:
         return _CACHE[key]
 
 
-def _load_open_clip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
+def _load_open_clip(model: str, placement: Placement, checkpoint: str | None) -> Backbone:
     """An OpenCLIP file (``capeval.clip.open_clip_files``), cached by everything that decides its numbers."""
-    from capeval.clip.checkpoints.files import files_sha256, settings_files
+    from capeval.clip.checkpoints.hashes import beside_sha256
     from capeval.clip.open_clip_files import open_clip_fields, resolve_open_clip
 
     source = resolve_open_clip(model)
     # The file, and beside it the sidecar and tokenizer files that may be read with it.
-    revision = files_sha256([source.path, *settings_files(source.path.parent)])
+    revision = beside_sha256(source.path)
     # The source holds the architecture and the tag's preprocessing, which a spec names and the file does not:
     # one file named under two architectures is two models.
-    key = ("open_clip", source, revision, str(dev), dt, checkpoint)
-    return _cached(key, lambda: Backbone(**open_clip_fields(source, model, revision, dev, dt, checkpoint)))
+    key = ("open_clip", source, revision, str(placement.device), placement.dtype, checkpoint)
+    what = f"model {model!r}"
+    return _cached(
+        key, lambda: _placed(open_clip_fields(source, model, revision, checkpoint), placement, what)
+    )
 
 
-def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: str | None) -> Backbone:
+def _load_longclip(model: str, placement: Placement, checkpoint: str | None) -> Backbone:
     """A Long-CLIP file (``capeval.clip.longclip_files``), cached by the file's and its tokenizer files' hash."""
-    from capeval.clip.checkpoints.files import files_sha256, settings_files
+    from capeval.clip.checkpoints.hashes import beside_sha256
     from capeval.clip.longclip_files import longclip_fields, resolve_longclip
 
     if checkpoint is not None:
@@ -261,49 +268,119 @@ def _load_longclip(model: str, dev: torch.device, dt: torch.dtype, checkpoint: s
             f"model {model!r} is a whole Long-CLIP model: checkpoint= (PAC-S weights) would replace all of it"
         )
     source = resolve_longclip(model)
-    revision = files_sha256([source.path, *settings_files(source.path.parent)])
-    key = ("longclip", source, revision, str(dev), dt)
-    return _cached(key, lambda: Backbone(**longclip_fields(source, model, revision, dev, dt)))
+    revision = beside_sha256(source.path)
+    key = ("longclip", source, revision, str(placement.device), placement.dtype)
+    return _cached(
+        key, lambda: _placed(longclip_fields(source, model, revision), placement, f"model {model!r}")
+    )
 
 
-def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Backbone:
+def _placed(fields: dict, placement: Placement, what: str) -> Backbone:
+    """The backbone of a weights file's fields (``open_clip_fields``, ``longclip_fields``), its model placed."""
+    _place_for_scoring(fields["model"], placement, what)
+    return Backbone(**fields, device=placement.device, dtype=placement.dtype)
+
+
+def _place_for_scoring(model: torch.nn.Module, placement: Placement, what: str) -> torch.nn.Module:
+    """A loaded model frozen in eval mode on ``placement``'s device in its dtype (in place), refused if the cast made
+    a weight infinite.
+
+    Raises:
+        ValueError: a weight beyond the dtype's range (float16 tops out at 65504), naming ``what`` and the tensor.
+    """
+    model.eval().requires_grad_(False)
+    model.to(device=placement.device, dtype=placement.dtype)
+    if placement.dtype != torch.float32:
+        check_finite(model.state_dict().items(), what, cast_to=placement.dtype)
+    return model
+
+
+def _load_uncached(
+    model: str, model_id: str, source: ModelSource, placement: Placement, checkpoint: str | None
+) -> Backbone:
     from transformers import AutoConfig, AutoTokenizer
 
-    from capeval.clip.families import family_of
-
-    source = str(folder) if Path(os.path.expanduser(model)).is_dir() else model
+    folder, hub = source.folder, source.hub_id is not None
+    read_from = model if hub else str(folder)
     try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(read_from, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"model {model!r} is not a CLIP model: {err}") from err
-    family = family_of(config, f"model {model!r}")
+    family, model_class = family_and_class(config, f"model {model!r}")
     if checkpoint is not None and not family.is_clip:
         raise ValueError(
             f"checkpoint {checkpoint!r}: PAC-S checkpoints fit CLIPModel backbones only, and model {model!r} is a "
             f"{family.model_class}"
         )
-    hub = source != str(folder)
-    if not hub:  # before transformers reads half a tokenizer (its errors do not name the missing file)
-        if family.is_clip:
-            _check_tokenizer_files(folder, model, hub)
-        # Before the weights are read: a folder whose normalisation is unknown costs nothing to refuse.
-        size, constants = _image_constants(folder, config, None, family)
-    check_pickled_weights(folder, _PICKLED_WEIGHTS_HINT)  # before transformers reads them
+
+    def read_tokenizer():
+        return _read(
+            lambda: AutoTokenizer.from_pretrained(read_from, trust_remote_code=False), model, folder, hub
+        )
+
+    def read_weights():
+        # Explicit, so no transformers default can change it: pickled weights are read tensors-only, and no code
+        # shipped with a model runs.
+        return _read(
+            lambda: model_class.from_pretrained(
+                read_from, config=config, weights_only=True, trust_remote_code=False
+            ),
+            model,
+            folder,
+            hub,
+        )
+
+    # The tokenizer (a folder without its files is refused before transformers reads half of one) and how images are
+    # prepared are decided before the weights are read: a model refused for either costs nothing more.
+    where = f"model {model!r}" if hub else f"model folder {folder}"
+    text = checked_tokenizer(read_tokenizer, family, config, where, folder, hub)
+    size, constants = folder_image_recipe(folder, config, family, source.hub_id)
+    where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
+    clip = read_model_weights(folder, read_weights, where, _PICKLED_WEIGHTS_HINT)
+    weights_tag = None
+    if checkpoint is not None:
+        from capeval.clip.checkpoints.load import load_checkpoint_into
+
+        weights_tag = load_checkpoint_into(clip, checkpoint)
+    _place_for_scoring(
+        clip, placement, where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
+    )
+    return Backbone(
+        model=clip,
+        tokenizer=text.tokenizer,
+        model_id=model_id,
+        revision=source.revision,
+        device=placement.device,
+        dtype=placement.dtype,
+        image_size=size,
+        image_mean=constants.mean,
+        image_std=constants.std,
+        context_length=text.context_length,
+        weights=weights_tag,
+        origin=constants.origin,
+        family=family,
+        lowercase=text.lowercase,
+    )
+
+
+def _read(read: Callable, model: str, folder: Path, hub: bool):
+    """``read()``: transformers reading a model folder or Hub snapshot (its weights, its tokenizer), without its
+    progress bars, a failure turned into what to do about it.
+
+    Raises:
+        HubModelUnavailableError: a Hub model's files neither cached nor downloadable now.
+        ValueError: pickled weights refused (the globals they need named), or a damaged weights file (named).
+    """
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a per-tensor "Loading weights" bar is noise for a metric
     try:
-        # Explicit, so no transformers default can change it: pickled weights are read tensors-only, and no
-        # code shipped with a model or tokenizer runs.
-        clip = family.classes()[1].from_pretrained(
-            source, config=config, weights_only=True, trust_remote_code=False
-        )
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        return read()
     except pickle.UnpicklingError as err:
         raise _weights_refusal(folder, err) from err
     except OSError as err:
-        if source == model and not Path(model).exists():
+        if hub and not Path(model).exists():
             raise HubModelUnavailableError(model) from err
         raise
     except Exception as err:  # noqa: BLE001 - only a damaged weights file is turned into a ValueError
@@ -314,62 +391,6 @@ def _load_uncached(model, model_id, folder, revision, dev, dt, checkpoint) -> Ba
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    _check_tokenizer(tokenizer, config, folder, model, hub, family)
-    if hub:
-        # After the tokenizer check: a snapshot without tokenizer files is refused for that first.
-        size, constants = _image_constants(folder, config, model, family)
-    where = f"model {model!r} ({folder})" if hub else f"model folder {folder}"
-    check_finite(clip.state_dict().items(), where)
-    weights_tag = None
-    if checkpoint is not None:
-        from capeval.clip.checkpoints.load import load_checkpoint_into
-
-        weights_tag = load_checkpoint_into(clip, checkpoint)
-    place_for_scoring(
-        clip, dev, dt, where if checkpoint is None else f"{where} with checkpoint {checkpoint!r}"
-    )
-    return Backbone(
-        model=clip,
-        tokenizer=tokenizer,
-        model_id=model_id,
-        revision=revision,
-        device=dev,
-        dtype=dt,
-        image_size=size,
-        image_mean=constants.mean,
-        image_std=constants.std,
-        context_length=context_length(family, tokenizer, config),
-        weights=weights_tag,
-        origin=constants.origin,
-        family=family,
-        lowercase=lower_cases(family, tokenizer),
-    )
-
-
-def _check_tokenizer_files(folder: Path, model: str, hub: bool) -> None:
-    """Refuse a model folder (or Hub snapshot) without a CLIP tokenizer's files."""
-    from capeval.clip.tokenizer_check import missing_tokenizer_files, tokenizer_files_refusal
-
-    missing = missing_tokenizer_files(folder)
-    if missing:
-        raise tokenizer_files_refusal(
-            f"model {model!r}" if hub else f"model folder {folder}", folder, missing, hub
-        )
-
-
-def _check_tokenizer(tokenizer, config, folder: Path, model: str, hub: bool, family: Family = CLIP) -> None:
-    """Refuse a model without a working CLIP tokenizer (missing files load one that scores every caption 0)."""
-    from capeval.clip.tokenizer_check import check_clip_tokenizer
-
-    if not family.is_clip:
-        from capeval.clip.families import check_tokenizer
-
-        where = f"model {model!r}" if hub else f"model folder {folder}"
-        return check_tokenizer(family, tokenizer, config.text_config, where)
-    _check_tokenizer_files(folder, model, hub)
-    check_clip_tokenizer(
-        tokenizer, config.text_config, f"model {model!r}" if hub else f"model folder {folder}"
-    )
 
 
 _PICKLED_WEIGHTS_HINT = (

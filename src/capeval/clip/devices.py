@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The ``device`` and ``dtype`` options resolved together, once per metric.
+
+    Attributes:
+        device: where the model runs (``None`` asked for: the first GPU if any, else the CPU).
+        dtype: its floating-point type.
+        asked_device: ``device`` as given: ``None`` when none was named (a model object then stays where it is).
+        asked_dtype: ``dtype`` as given, for messages that name the option.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    asked_device: object = None
+    asked_dtype: object = "float32"
+
+
+def resolve_placement(device: str | torch.device | None, dtype: str | torch.dtype) -> Placement:
+    """``resolve_device`` then ``resolve_dtype``, in one call: a metric checks both options with it before any
+    model loads (``capeval.validation.check_options(placement=...)``) and hands the result to ``load_backbone``,
+    which then resolves neither again.
+
+    Raises:
+        ValueError, TypeError: as ``resolve_device`` and ``resolve_dtype``, the device first.
+    """
+    return Placement(resolve_device(device), resolve_dtype(dtype), device, dtype)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -56,21 +86,3 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: use one of {sorted(DTYPES)}")
     return DTYPES[dtype]
-
-
-def place_for_scoring(
-    model: torch.nn.Module, dev: torch.device, dt: torch.dtype, what: str
-) -> torch.nn.Module:
-    """A loaded model frozen in eval mode on ``dev`` in ``dt`` (in place), refused if the cast made a weight
-    infinite.
-
-    Raises:
-        ValueError: a weight beyond the dtype's range (float16 tops out at 65504), naming ``what`` and the tensor.
-    """
-    from capeval.clip.checkpoints.files import check_finite
-
-    model.eval().requires_grad_(False)
-    model.to(device=dev, dtype=dt)
-    if dt != torch.float32:
-        check_finite(model.state_dict().items(), what, cast_to=dt)
-    return model

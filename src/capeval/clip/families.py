@@ -4,14 +4,16 @@ A family is decided by the ``model_type`` of a model's ``config.json``. Each kee
 
 - its image processor's geometry and normalisation, read by transformers itself from the model's
   ``preprocessor_config.json`` (so a key the file omits takes the processor class's default), turned into
-  ``capeval.clip.image_geometry.ProcessorGeometry`` and per-channel constants for the fast uint8 path;
+  ``capeval.clip.image_geometry.ProcessorGeometry`` and per-channel constants for the fast uint8 path
+  (``capeval.clip.image_processors``, decided with the constants in ``capeval.clip.image_constants``);
 - its tokenizer, run as it is (its own lower-casing, special tokens, truncation that keeps the closing token),
   with two exceptions: SigLIP 2's released tokenizer files ask for lower-casing (``do_lower_case: true`` in
   ``tokenizer_config.json``; big_vision lower-cased every text before its Gemma tokenizer), and transformers'
   ``GemmaTokenizer`` ignores the flag, so capeval lower-cases (ASCII, as big_vision) before tokenising
   (``lower_cases``; the signature says ``lowercase=ascii``); and SigLIP's captions spelling a special token
   (``<eos>``, ``</s>``, ``<pad>``) are text, as big_vision's SentencePiece read them, where transformers would put
-  the special id (``special_tokens_as_text``);
+  the special id (``special_tokens_as_text``); what a loaded tokenizer decides (its text length, whether captions
+  are lower-cased) is read with the tokenizer's checks in ``capeval.clip.tokenizer_check``;
 - its text padding: SigLIP pools the hidden state at the *last* position, a pad token in training (big_vision
   padded every text to 64 tokens and gave the tower no attention mask; transformers' ``SiglipModel`` docs: "make
   sure to set padding='max_length' as that's how the model was trained"), so its texts are padded to the
@@ -30,16 +32,12 @@ whose pooling is not such a map has ``token_projection = None`` and EMScore refu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 
-from capeval.clip.image_constants import PREPROCESSOR_FILE, PROCESSOR_FILE, ImageConstants, check_channels
 from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.clip.tokenization import PREFIX, TOKENIZATION_REVISION, ascii_lower, tokenize_captions_cut
-
-_UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,9 @@ class Family:
             authors tokenised with, never matches its control pieces in text.
         tokenization: the revision of capeval's reading of its captions (``TOKENIZATION_REVISION`` where the last
             change of that reading touched the family), named in signatures from 2 on.
+        is_clip: the family is CLIP's (``name == "clip"``).
+        default_prefix: the prompt when none is given: CLIP-S's English one, or none for multilingual/Chinese
+            models.
     """
 
     name: str
@@ -83,15 +84,14 @@ class Family:
     special_text: str = "openai"
     special_tokens_as_text: bool = False
     tokenization: int = 1
+    # Derived once, when the family is declared: read as plain attributes, they cost no call into this module from
+    # the code that loads and names a model.
+    is_clip: bool = field(init=False, repr=False, compare=False)
+    default_prefix: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def default_prefix(self) -> str:
-        """The prompt when none is given: CLIP-S's English one, or none for multilingual/Chinese models."""
-        return "" if self.multilingual else PREFIX
-
-    @property
-    def is_clip(self) -> bool:
-        return self.name == "clip"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_clip", self.name == "clip")
+        object.__setattr__(self, "default_prefix", "" if self.multilingual else PREFIX)
 
     def classes(self):
         """(config class, model class) from transformers."""
@@ -147,18 +147,10 @@ REFUSED: dict[str, str] = {
         "are SiglipModel and are supported"
     ),
 }
-# Image processors whose steps the uint8 path reproduces (resize, centre crop, rescale, normalise; EfficientNet's
-# rescale offset and include_top division too); the PIL backend's name carries a "Pil" suffix.
-_IMAGE_PROCESSORS = {
-    "CLIPImageProcessor",
-    "SiglipImageProcessor",
-    "ChineseCLIPImageProcessor",
-    "EfficientNetImageProcessor",
-}
 
 
-def family_of(config, where: str) -> Family:
-    """The family of a loaded config, by its ``model_type``.
+def family_and_class(config, where: str) -> tuple[Family, type]:
+    """The family of a loaded config, by its ``model_type``, and the transformers model class it loads with.
 
     Raises:
         ValueError: a family capeval refuses (named, with the reason), or one it does not know (the supported
@@ -179,7 +171,7 @@ def family_of(config, where: str) -> Family:
     missing = [m for m in ("get_image_features", "get_text_features") if not hasattr(model_class, m)]
     if missing:
         raise ValueError(f"{where}: {family.model_class} has no {' or '.join(missing)}; capeval needs both")
-    return family
+    return family, model_class
 
 
 def embed_dim(config) -> int:
@@ -190,161 +182,7 @@ def embed_dim(config) -> int:
     return int(dim)
 
 
-# -- images ------------------------------------------------------------------------------------------------
-
-
-def image_recipe(where: str, folder: Path, settings: Path | None) -> tuple[ProcessorGeometry, ImageConstants]:
-    """The geometry and effective normalisation of a non-CLIP family, from its image settings file
-    (``image_constants.image_settings_file``: ``preprocessor_config.json``, or the ``image_processor`` entry of
-    the ``processor_config.json`` that transformers 5 processors save).
-
-    The processor computes ``((u * s - offset) - mean) / std`` (then ``/ std`` again with EfficientNet's
-    ``include_top``) on uint8 values ``u``; with ``p = u / 255`` that is ``(p - mean') / std'`` where
-    ``mean' = (mean + offset) / (255 s)`` and ``std' = std * top / (255 s)``: the constants returned.
-
-    Raises:
-        ValueError: no such file (named), a processor whose steps capeval does not reproduce (named), or an
-            output that is not square.
-    """
-    if settings is None:
-        raise ValueError(
-            f"{where} has neither {PREPROCESSOR_FILE} nor a {PROCESSOR_FILE} with an image_processor entry (looked "
-            f"in {folder}): its image processor (resize, crop, mean/std) is unknown, so its images cannot be "
-            "prepared as it was trained. Add the file of the checkpoint it comes from"
-        )
-    from transformers import AutoImageProcessor
-
-    try:
-        proc = AutoImageProcessor.from_pretrained(str(settings.parent), trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{where}: {settings} could not be read as an image processor ({err})") from err
-    return processor_recipe(where, proc)
-
-
-def processor_recipe(where: str, proc) -> tuple[ProcessorGeometry, ImageConstants]:
-    """The geometry and effective normalisation of a loaded image processor (see ``image_recipe``).
-
-    Raises:
-        ValueError: a processor whose steps capeval does not reproduce (named), or a non-square output.
-    """
-    kind = type(proc).__name__.removesuffix("Pil").removesuffix("Fast")
-    if kind not in _IMAGE_PROCESSORS:
-        raise ValueError(
-            f"{where}: its image processor is {type(proc).__name__}, whose steps capeval does not reproduce "
-            f"(it reproduces {', '.join(sorted(_IMAGE_PROCESSORS))})"
-        )
-    if not getattr(proc, "do_resize", True) or getattr(proc, "do_pad", False):
-        raise ValueError(
-            f"{where}: its image processor sets do_resize=false or do_pad=true; capeval needs a fixed size"
-        )
-    return _geometry(where, proc), _constants(where, proc)
-
-
-def _geometry(where: str, proc) -> ProcessorGeometry:
-    size = proc.size if isinstance(proc.size, dict) else dict(proc.size)
-    if size.get("height") and size.get("width"):
-        resize, out = (
-            ("exact", int(size["height"]), int(size["width"])),
-            (int(size["height"]), int(size["width"])),
-        )
-    elif size.get("shortest_edge") and not size.get("longest_edge"):
-        resize, out = ("shortest_edge", int(size["shortest_edge"])), None
-    else:
-        raise ValueError(f"{where}: image size {size} is neither height x width nor a shortest edge")
-    crop = None
-    if getattr(proc, "do_center_crop", False):
-        crop_size = dict(proc.crop_size)
-        crop = out = (int(crop_size["height"]), int(crop_size["width"]))
-    if out is None or out[0] != out[1]:
-        raise ValueError(
-            f"{where}: its processor gives {'unbounded' if out is None else out} images, not square ones"
-        )
-    resample = proc.resample if proc.resample is not None else 2  # PilBackend.resize: BILINEAR when unset
-    return ProcessorGeometry(out[0], resize, crop, int(resample))
-
-
-def _channels(value) -> list[float]:
-    return [float(value)] * 3 if isinstance(value, (int, float)) else [float(v) for v in value]
-
-
-def _constants(where: str, proc) -> ImageConstants:
-    scale = float(proc.rescale_factor) * 255 if getattr(proc, "do_rescale", True) else 255.0
-    offset = 1.0 if getattr(proc, "do_rescale", True) and getattr(proc, "rescale_offset", False) else 0.0
-    normalize = getattr(proc, "do_normalize", True)
-    mean = _channels(proc.image_mean) if normalize else [0.0] * 3
-    std = _channels(proc.image_std) if normalize else [1.0] * 3
-    top = _channels(proc.image_std) if getattr(proc, "include_top", False) else [1.0] * 3
-    eff_mean = [(m + offset) / scale for m in mean]
-    eff_std = [s * t / scale for s, t in zip(std, top, strict=True)]
-    what = f"{where}: its image processor"
-    # Checked after rescale, offset and include_top are folded in: what the pixels in [0, 1] meet.
-    return ImageConstants(
-        check_channels(what, "image_mean (as applied to [0, 1] pixels)", eff_mean),
-        check_channels(what, "image_std (as applied to [0, 1] pixels)", eff_std, std=True),
-        None,
-    )
-
-
 # -- texts -------------------------------------------------------------------------------------------------
-
-
-def text_length(family: Family, tokenizer, text_config) -> int:
-    """Text positions a caption may use: the processor's or tokenizer's length, within the tower's positions.
-
-    RoBERTa-style towers (AltCLIP) number positions from ``pad_token_id + 1``, so they hold that many fewer.
-    """
-    positions = int(text_config.max_position_embeddings)
-    if family.positions_after_pad:
-        positions -= int(getattr(text_config, "pad_token_id", 0) or 0) + 1
-    stated = family.max_length
-    if stated is None:
-        stated = int(tokenizer.model_max_length) if tokenizer.model_max_length < _UNBOUNDED else positions
-    return min(stated, positions)
-
-
-def check_tokenizer(family: Family, tokenizer, text_config, where: str) -> None:
-    """Refuse a tokenizer that cannot feed the family's text tower (ids past its embeddings, no pad token where
-    texts are padded to a fixed length, nothing but special tokens for a plain sentence)."""
-    problems = []
-    vocab = int(text_config.vocab_size)
-    if len(tokenizer) > vocab:
-        problems.append(f"its {len(tokenizer)} tokens exceed the model's {vocab} token embeddings")
-    if family.text_padding == "max_length" and tokenizer.pad_token_id is None:
-        problems.append("it has no pad token, and this family's texts are padded to a fixed length")
-    ids = list(tokenizer("a photo of a dog", add_special_tokens=True)["input_ids"])
-    if not ids or max(ids) >= vocab:
-        problems.append(
-            f"it tokenises 'a photo of a dog' to {ids[:16]}, outside the model's {vocab} embeddings"
-        )
-    if problems:
-        raise ValueError(
-            f"{where} has no working tokenizer for its {family.model_class} ({type(tokenizer).__name__}): "
-            + "; ".join(problems)
-        )
-
-
-# One sentence in two cases: a tokenizer that lower-cases by itself gives both the same ids.
-_CASE_PROBE = "A Photo Of A Dog"
-
-
-def lower_cases(family: Family, tokenizer) -> bool:
-    """Whether capeval lower-cases captions (and the prompt) before ``tokenizer``: the family was trained with what
-    its tokenizer files' ``do_lower_case`` says, they say true, and the tokenizer as transformers built it does not
-    lower-case by itself.
-
-    The flag is read where transformers keeps ``tokenizer_config.json``'s entries (``init_kwargs``), so a folder, a
-    Hub snapshot and a tokenizer object held in memory decide alike. SigLIP 2's Gemma tokenizer files set it and
-    ``GemmaTokenizer`` ignores it: capeval lower-cases. SigLIP's T5 tokenizer (``SiglipTokenizer``) lower-cases
-    itself when its flag is set: nothing to add, and its signatures stay as they were. Should transformers one day
-    honour the flag, the probe finds the tokenizer lower-casing and capeval stops (lower-casing twice would change
-    nothing either: ``ascii_lower`` is idempotent).
-    """
-    if not family.follows_do_lower_case:
-        return False
-    if (getattr(tokenizer, "init_kwargs", None) or {}).get("do_lower_case") is not True:
-        return False
-    mixed, lower = tokenizer([_CASE_PROBE, _CASE_PROBE.lower()], add_special_tokens=True)["input_ids"]
-    return list(mixed) != list(lower)
 
 
 def tokenize_texts(backbone, texts: list[str]) -> tuple[list[list[int]], int]:
@@ -463,10 +301,3 @@ def signature_fields(backbone) -> dict[str, str]:
     if family.tokenization > 1:
         fields["tokenization"] = str(family.tokenization)
     return fields
-
-
-def context_length(family: Family, tokenizer, config) -> int:
-    """Text positions: CLIP's from its text config, other families' from their tokenizer (``families``)."""
-    if family.is_clip:
-        return int(config.text_config.max_position_embeddings)
-    return text_length(family, tokenizer, config.text_config)

@@ -16,6 +16,9 @@ open_clip itself uses. So:
    ``processor_config.json`` (``image_settings_file`` finds either, for every path).
 3. Neither: a ``ValueError`` naming the folder and what to add. No constants are ever assumed.
 
+Families other than CLIP, and model objects given with their image processor, take geometry and normalisation from
+that processor (``capeval.clip.image_processors``). Each way a model is named asks this module once for how its
+images are prepared: ``folder_image_recipe`` (folders and Hub snapshots), ``model_object_recipe`` (model objects).
 Every mean/std stated anywhere (these files, an in-memory image processor, an OpenCLIP sidecar) passes
 ``check_channels``.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capeval.clip.checkpoints.locate import PROVENANCE_FILE
+from capeval.clip.image_geometry import ProcessorGeometry
 from capeval.diagnostics.categories import ImageConstantsWarning, user_stacklevel
 
 OPENAI_IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)  # Radford et al. 2021, clip/clip.py _transform
@@ -232,8 +236,104 @@ def read_preprocessor_constants(path: Path) -> tuple[tuple, tuple]:
         raise ValueError(
             f"{path} has no {' or '.join(missing)}: the model's normalisation is not stated there"
         )
-    return check_channels(str(path), "image_mean", cfg["image_mean"]), check_channels(
-        str(path), "image_std", cfg["image_std"], std=True
+    return check_mean_std(str(path), ("image_mean", cfg["image_mean"]), ("image_std", cfg["image_std"]))
+
+
+def folder_image_recipe(
+    folder: Path, config, family, hub_id: str | None = None
+) -> tuple[int | ProcessorGeometry, ImageConstants]:
+    """How the images of a model folder (or Hub snapshot) are prepared: CLIP's input size from its vision config
+    with mean/std by origin or from its image settings file (``decide_image_constants``, never assumed); other
+    families' geometry and constants from their image processor (``image_processors.settings_recipe``). The file is
+    ``preprocessor_config.json`` or transformers 5's ``processor_config.json`` (``image_settings_file``).
+
+    Args:
+        folder: the model's folder (a Hub snapshot for Hub models).
+        config: its transformers config.
+        family: its ``capeval.clip.families.Family``.
+        hub_id: the Hub repo of a snapshot (a known origin; a missing settings file is fetched from it).
+
+    Returns:
+        ``(input size, constants)``: an int for CLIP, a ``ProcessorGeometry`` for other families.
+
+    Raises:
+        ValueError: no settings file and no known origin, or an image processor capeval does not reproduce (named).
+    """
+    settings = image_settings_file(folder, hub_id)
+    where = f"model {hub_id!r}" if hub_id is not None else f"model folder {folder}"
+    if not family.is_clip:
+        if settings is None:
+            raise ValueError(
+                f"{where} has neither {PREPROCESSOR_FILE} nor a {PROCESSOR_FILE} with an image_processor entry "
+                f"(looked in {folder}): its image processor (resize, crop, mean/std) is unknown, so its images cannot "
+                "be prepared as it was trained. Add the file of the checkpoint it comes from"
+            )
+        from capeval.clip.image_processors import settings_recipe
+
+        geometry, normalisation = settings_recipe(where, settings)
+        return geometry, _processor_constants(where, normalisation)
+    size = int(config.vision_config.image_size)
+    origins = ([hub_id] if hub_id is not None else []) + folder_origins(folder)
+    return size, decide_image_constants(where, folder, settings, origins)
+
+
+def model_object_recipe(
+    where: str, family, image_processor, config
+) -> tuple[int | ProcessorGeometry, ImageConstants]:
+    """How a model object's images are prepared (``capeval.clip.in_memory``): from its image processor, or, for a
+    CLIPModel of known origin given without one, from the origin table; a CLIPModel's processor must resize and
+    crop as CLIP does, and a known origin's constants win over the processor's (with a warning).
+
+    Args:
+        where: the model object as messages name it.
+        family: its ``capeval.clip.families.Family``.
+        image_processor: its transformers image processor, or ``None``.
+        config: its transformers config (``_name_or_path`` names its origin).
+
+    Raises:
+        ValueError: no image processor and no known origin, or a processor capeval does not reproduce (named).
+    """
+    origin = known_origin(str(getattr(config, "_name_or_path", "") or ""))
+    if image_processor is None:
+        if family.is_clip and origin is not None:
+            name, mean, std = origin
+            return int(config.vision_config.image_size), ImageConstants(tuple(mean), tuple(std), name)
+        raise ValueError(
+            f"{where} was given without an image processor, so how its images were prepared (size, crop, mean/std) "
+            "is unknown: pass model=(model, processor) or model=(model, tokenizer, image_processor)"
+        )
+    from capeval.clip.image_processors import processor_recipe
+
+    geometry, normalisation = processor_recipe(where, image_processor)
+    constants = _processor_constants(where, normalisation)
+    if not family.is_clip:
+        return geometry, constants
+    size = int(config.vision_config.image_size)
+    clip_like = (
+        geometry.resize == ("shortest_edge", size)
+        and geometry.crop == (size, size)
+        and geometry.resample == 3
+    )
+    if not clip_like:
+        raise ValueError(
+            f"{where}: its image processor resizes {geometry.describe()}, not as CLIP does (bicubic shorter side to "
+            f"{size}, centre crop {size}x{size}), which is what capeval reproduces for CLIPModel"
+        )
+    if origin is not None:
+        return size, decide_constants_by_origin(where, origin, constants)
+    return size, constants
+
+
+def _processor_constants(where: str, normalisation: tuple[list[float], list[float]]) -> ImageConstants:
+    """An image processor's normalisation on [0, 1] pixels (``image_processors``), checked as every other is."""
+    mean, std = normalisation
+    return ImageConstants(
+        *check_mean_std(
+            f"{where}: its image processor",
+            ("image_mean (as applied to [0, 1] pixels)", mean),
+            ("image_std (as applied to [0, 1] pixels)", std),
+        ),
+        None,
     )
 
 
@@ -333,6 +433,18 @@ def check_channels(where: str, key: str, value, std: bool = False) -> tuple[floa
     if not ok or not all(low <= v <= high for v in value):
         raise ValueError(f"{where}: {key} must be three finite numbers in [{low:g}, {high:g}], got {value!r}")
     return tuple(float(v) for v in value)
+
+
+def check_mean_std(where: str, mean: tuple[str, object], std: tuple[str, object]) -> tuple[tuple, tuple]:
+    """``check_channels`` of a ``(key, value)`` mean and a ``(key, value)`` std stated together, the mean first.
+
+    Returns:
+        ``(mean, std)``: each (3,) floats.
+
+    Raises:
+        ValueError: as ``check_channels``.
+    """
+    return check_channels(where, *mean), check_channels(where, *std, std=True)
 
 
 def _same(a, b) -> bool:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from capeval.clip.devices import DTYPES, Placement
+
 
 def is_model_object(model) -> bool:
     """Whether ``model=`` is a loaded model (with its processor) rather than a Hub id or a folder."""
@@ -141,33 +143,33 @@ def _placement(module: torch.nn.Module, where: str) -> tuple[torch.device, torch
     return params[0].device, params[0].dtype
 
 
-def check_placement(module: torch.nn.Module, device, dtype, where: str) -> tuple[torch.device, torch.dtype]:
-    """The model's device and dtype, checked against the ``device=``/``dtype=`` options.
+def check_placement(
+    module: torch.nn.Module, placement: Placement, where: str
+) -> tuple[torch.device, torch.dtype]:
+    """The model's device and dtype, checked against the ``device=``/``dtype=`` options (resolved in ``placement``).
 
-    ``device=None`` takes the model's device. ``dtype`` must be the model's: the caller's model is never cast.
+    No device named takes the model's device. The dtype must be the model's: the caller's model is never cast.
 
     Raises:
         ValueError: a device or dtype that differs from the model's, naming both.
     """
-    from capeval.clip.devices import DTYPES, resolve_device, resolve_dtype
-
     dev, dt = _placement(module, where)
     if dt not in DTYPES.values():
         raise ValueError(f"{where} holds {dt} weights; capeval scores float32, float16 or bfloat16 models")
+    device = placement.asked_device
     if device is not None:
-        wanted = resolve_device(device)
+        wanted = placement.device
         same = wanted.type == dev.type and (wanted.index or 0) == (dev.index or 0)
         if not same:
             raise ValueError(
                 f"{where} is on {dev} but device={device!r} was asked for: a model object is scored where it is "
                 f"(it is not moved); pass device=None or {str(dev)!r}, or move the model first"
             )
-    wanted_dtype = resolve_dtype(dtype)
-    if wanted_dtype != dt:
+    if placement.dtype != dt:
         name = next(k for k, v in DTYPES.items() if v == dt)
         raise ValueError(
-            f"{where} holds {name} weights but dtype={dtype!r} was asked for: a model object is scored in its own "
-            f"dtype (it is not cast); pass dtype={name!r}"
+            f"{where} holds {name} weights but dtype={placement.asked_dtype!r} was asked for: a model object is scored "
+            f"in its own dtype (it is not cast); pass dtype={name!r}"
         )
     return dev, dt
 
@@ -204,9 +206,10 @@ def eval_mode(module: torch.nn.Module):
                     m.training = training
 
 
-def model_object_fields(model, device, dtype) -> dict:
+def model_object_fields(model, placement: Placement) -> dict:
     """The ``Backbone`` fields of a model object (see the module docstring); ``load_backbone`` builds a new one
     from them on every call, with ``live=True``; it is named at each call (``model_identity.model_object_revision``).
+    The family, the tokenizer and the image processor are each asked of their module once.
 
     Raises:
         TypeError: ``model`` in none of the accepted forms.
@@ -214,22 +217,24 @@ def model_object_fields(model, device, dtype) -> dict:
             whose steps capeval does not reproduce, no way to know the image constants, or a device/dtype other
             than the model's.
     """
-    from capeval.clip.families import context_length, family_of, lower_cases
+    from capeval.clip.families import family_and_class
+    from capeval.clip.image_constants import model_object_recipe
+    from capeval.clip.tokenizer_check import checked_tokenizer
 
     module, tokenizer, image_processor = split_model_object(model)
     where = f"model object {model_object_id(module)}"
     config = getattr(module, "config", None)
     if config is None:
         raise ValueError(f"{where} has no transformers config: capeval scores transformers models")
-    family = family_of(config, where)
-    if not isinstance(module, family.classes()[1]):
+    family, model_class = family_and_class(config, where)
+    if not isinstance(module, model_class):
         raise ValueError(
             f"{where}: its config is {family.config_class} ({family.name}) but the object is a "
             f"{type(module).__name__}, not a {family.model_class}; pass the whole dual encoder"
         )
-    dev, dt = check_placement(module, device, dtype, where)
-    _check_tokenizer(family, tokenizer, config, where)
-    size, constants = _image_recipe(family, image_processor, config, where)
+    dev, dt = check_placement(module, placement, where)
+    text = checked_tokenizer(lambda: tokenizer, family, config, where)
+    size, constants = model_object_recipe(where, family, image_processor, config)
     return {
         "model": module,
         "tokenizer": tokenizer,
@@ -240,56 +245,9 @@ def model_object_fields(model, device, dtype) -> dict:
         "image_size": size,
         "image_mean": constants.mean,
         "image_std": constants.std,
-        "context_length": context_length(family, tokenizer, config),
+        "context_length": text.context_length,
         "origin": constants.origin,
         "family": family,
-        "lowercase": lower_cases(family, tokenizer),
+        "lowercase": text.lowercase,
         "live": True,
     }
-
-
-def _check_tokenizer(family, tokenizer, config, where: str) -> None:
-    if family.is_clip:
-        from capeval.clip.tokenizer_check import check_clip_tokenizer
-
-        check_clip_tokenizer(tokenizer, config.text_config, where)
-        return
-    from capeval.clip.families import check_tokenizer
-
-    check_tokenizer(family, tokenizer, config.text_config, where)
-
-
-def _image_recipe(family, image_processor, config, where: str):
-    """``(image size or geometry, ImageConstants)`` from the image processor (or, for a CLIPModel of known origin
-    given without one, from the origin table)."""
-    from capeval.clip.families import processor_recipe
-    from capeval.clip.image_constants import ImageConstants, known_origin
-
-    origin = known_origin(str(getattr(config, "_name_or_path", "") or ""))
-    if image_processor is None:
-        if family.is_clip and origin is not None:
-            name, mean, std = origin
-            return int(config.vision_config.image_size), ImageConstants(tuple(mean), tuple(std), name)
-        raise ValueError(
-            f"{where} was given without an image processor, so how its images were prepared (size, crop, mean/std) "
-            "is unknown: pass model=(model, processor) or model=(model, tokenizer, image_processor)"
-        )
-    geometry, constants = processor_recipe(where, image_processor)
-    if not family.is_clip:
-        return geometry, constants
-    size = int(config.vision_config.image_size)
-    clip_like = (
-        geometry.resize == ("shortest_edge", size)
-        and geometry.crop == (size, size)
-        and geometry.resample == 3
-    )
-    if not clip_like:
-        raise ValueError(
-            f"{where}: its image processor resizes {geometry.describe()}, not as CLIP does (bicubic shorter side to "
-            f"{size}, centre crop {size}x{size}), which is what capeval reproduces for CLIPModel"
-        )
-    if origin is not None:
-        from capeval.clip.image_constants import decide_constants_by_origin
-
-        return size, decide_constants_by_origin(where, origin, constants)
-    return size, constants

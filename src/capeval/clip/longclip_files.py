@@ -42,10 +42,6 @@ class LongClipSource:
         return f"{SPEC_PREFIX}{self.path.name}"
 
 
-def is_longclip_model(model: str) -> bool:
-    return model.startswith(SPEC_PREFIX)
-
-
 def resolve_longclip(model: str) -> LongClipSource:
     """The file a ``longclip:PATH`` spec names.
 
@@ -91,14 +87,13 @@ def build_longclip_model(source: LongClipSource, what: str):
         ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
             tensors.
     """
-    from capeval.clip.checkpoints.files import check_finite, read_state_dict
+    from capeval.clip.checkpoints.files import read_finite_state_dict
     from capeval.clip.checkpoints.layout import HEAD_WIDTH, ClipGeometry
     from capeval.clip.open_clip_files import clip_model_from_openai_names
     from capeval.clip.open_clip_tables import OpenClipArchitecture
 
     weights = f"weights file {source.path}"
-    sd = read_state_dict(source.path, hint=_TENSORS_ONLY_HINT)
-    check_finite(sd.items(), what)
+    sd = read_finite_state_dict(source.path, what, hint=_TENSORS_ONLY_HINT)
     sd = openai_state_dict(dict(sd), weights)
     g = ClipGeometry.from_state_dict(sd, weights)
     arch = OpenClipArchitecture(
@@ -118,34 +113,29 @@ def build_longclip_model(source: LongClipSource, what: str):
     return clip_model_from_openai_names(sd, arch, weights, "a Long-CLIP ViT state dict")
 
 
-def longclip_fields(
-    source: LongClipSource, model: str, revision: str, dev: torch.device, dt: torch.dtype
-) -> dict:
-    """The ``Backbone`` fields of a Long-CLIP file: the model built, checked, on ``dev`` in ``dt``.
+def longclip_fields(source: LongClipSource, model: str, revision: str) -> dict:
+    """The ``Backbone`` fields of a Long-CLIP file but its device and dtype: the model built and checked, still on the
+    CPU in float32 (``load_backbone`` places it, as every model it loads).
 
     Raises:
         ValueError: see ``build_longclip_model``; no tokenizer (OpenAI's BPE beside the file or in the cache).
     """
-    from capeval.clip.devices import place_for_scoring
+    from capeval.clip.families import CLIP
     from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
     from capeval.clip.open_clip_files import load_tokenizer
-    from capeval.clip.tokenizer_check import check_clip_tokenizer
+    from capeval.clip.tokenizer_check import checked_tokenizer
 
     what = f"model {model!r}"
     clip = build_longclip_model(source, what)
-    tokenizer = load_tokenizer(source, what)
-    check_clip_tokenizer(tokenizer, clip.config.text_config, what)
-    place_for_scoring(clip, dev, dt, what)
+    text = checked_tokenizer(lambda: load_tokenizer(source, what), CLIP, clip.config, what)
     return {
         "model": clip,
-        "tokenizer": tokenizer,
+        "tokenizer": text.tokenizer,
         "model_id": source.model_id,
         "revision": revision,
-        "device": dev,
-        "dtype": dt,
         "image_size": clip.config.vision_config.image_size,
         "image_mean": tuple(OPENAI_IMAGE_MEAN),
         "image_std": tuple(OPENAI_IMAGE_STD),
-        "context_length": clip.config.text_config.max_position_embeddings,
+        "context_length": text.context_length,  # the text tower's 248 positions
         "weights": None,
     }

@@ -1,5 +1,6 @@
-"""Where a model named by ``model=`` lives: a local folder or a Hub id (downloaded when allowed), found before
-anything is loaded, with errors that say how to make an offline model available.
+"""Which form a model named by ``model=`` takes, and where it lives: a Long-CLIP or OpenCLIP file, a local folder or
+a Hub id (downloaded when allowed), found before anything is loaded, with errors that say how to make an offline
+model available. ``find_model`` answers both in one call, before the backbone cache is asked.
 
 A Hub id outside the local cache is downloaded only after one bounded question to the Hub (``hub_probe``): with
 no network, huggingface_hub's five retries took about 25 s before the same refusal. The refusal names the way to
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.clip.checkpoints.files import weights_sha256
+from capeval.clip.checkpoints.hashes import weights_sha256
 from capeval.clip.hub_probe import hub_offline, offline_switch, probe_hub, worth_downloading
 
 
@@ -76,6 +78,56 @@ class HubModelUnavailableError(OSError):
         return type(self), (self.model, self.why)
 
 
+def is_longclip_model(model: str) -> bool:
+    """Whether ``model=`` names a Long-CLIP file: ``"longclip:/path/to/longclip-B.pt"`` (``longclip_files``)."""
+    from capeval.clip.longclip_files import SPEC_PREFIX
+
+    return model.startswith(SPEC_PREFIX)
+
+
+def is_open_clip_model(model: str) -> bool:
+    """Whether ``model=`` names an OpenCLIP file (``open_clip_files``): a spec, or a weights file rather than a
+    folder or Hub id."""
+    from capeval.clip.open_clip_files import SPEC_PREFIX, WEIGHT_SUFFIXES
+
+    if model.startswith(SPEC_PREFIX):
+        return True
+    path = Path(os.path.expanduser(model))
+    return path.suffix in WEIGHT_SUFFIXES and path.is_file()
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The form a ``model=`` string takes and, for a transformers model, where its files are.
+
+    Attributes:
+        form: ``"longclip"``, ``"open_clip"`` (read by their own modules from the string) or ``"transformers"``.
+        folder: the folder of a transformers model (a Hub snapshot for a Hub id), resolved.
+        revision: its revision (``locate_model``).
+        hub_id: the Hub id whose snapshot ``folder`` is; ``None`` for a local folder.
+    """
+
+    form: str
+    folder: Path | None = None
+    revision: str | None = None
+    hub_id: str | None = None
+
+
+def find_model(model: str) -> ModelSource:
+    """The form ``model=`` takes and, for a folder or Hub id, its folder and revision (``locate_model``).
+
+    Raises:
+        ValueError, OSError: see ``locate_model`` (files of the other forms are read by their own modules).
+    """
+    if is_longclip_model(model):
+        return ModelSource("longclip")
+    if is_open_clip_model(model):
+        return ModelSource("open_clip")
+    folder, revision = locate_model(model)
+    local = folder.is_dir() and Path(os.path.expanduser(model)).is_dir()
+    return ModelSource("transformers", folder, revision, None if local else model)
+
+
 def locate_model(model: str) -> tuple[Path, str]:
     """Folder holding the model's files and its revision tag, downloading from the Hub if allowed."""
     local = Path(os.path.expanduser(model))
@@ -134,7 +186,7 @@ def model_unavailable(model: str) -> str | None:
     Returns:
         The reason in one sentence, or None when the model may load.
     """
-    from capeval.clip.longclip_files import is_longclip_model, resolve_longclip
+    from capeval.clip.longclip_files import resolve_longclip
     from capeval.clip.open_clip_files import SPEC_PREFIX, WEIGHT_SUFFIXES, resolve_open_clip
 
     if is_longclip_model(model):
@@ -170,9 +222,6 @@ def download_needed(model: str) -> str | None:
     """What loading ``model`` will fetch, when it may load (``model_unavailable`` is None) but is a Hub id outside
     the local cache: loading it then needs the network. None for local files and cached or offline-refused ids.
     """
-    from capeval.clip.longclip_files import is_longclip_model
-    from capeval.clip.open_clip_files import is_open_clip_model
-
     local = Path(os.path.expanduser(model))
     if is_longclip_model(model) or is_open_clip_model(model) or local.exists() or _looks_like_path(model):
         return None

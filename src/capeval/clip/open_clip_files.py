@@ -66,14 +66,6 @@ class OpenClipSource:
         return f"{SPEC_PREFIX}{self.name}"
 
 
-def is_open_clip_model(model: str) -> bool:
-    """Whether ``model=`` names an OpenCLIP file (a spec, or a weights file rather than a folder or Hub id)."""
-    if model.startswith(SPEC_PREFIX):
-        return True
-    path = Path(os.path.expanduser(model))
-    return path.suffix in WEIGHT_SUFFIXES and path.is_file()
-
-
 def resolve_open_clip(model: str) -> OpenClipSource:
     """Parse an ``open_clip:ARCH[/TAG]:PATH`` spec or a weights path with its sidecar config.
 
@@ -209,12 +201,11 @@ def build_open_clip_model(source: OpenClipSource, what: str):
         ValueError: unreadable or unsafe file, NaN/inf weights, a shape that differs from the architecture (named),
             missing or unused tensors.
     """
-    from capeval.clip.checkpoints.files import check_finite, read_state_dict
+    from capeval.clip.checkpoints.files import read_finite_state_dict
     from capeval.clip.checkpoints.layout import ClipGeometry
 
     weights = f"weights file {source.path}"
-    sd = read_state_dict(source.path, hint=_TENSORS_ONLY_HINT)
-    check_finite(sd.items(), what)
+    sd = read_finite_state_dict(source.path, what, hint=_TENSORS_ONLY_HINT)
     arch = source.architecture
     have = ClipGeometry.from_state_dict(sd, weights)
     want = ClipGeometry(
@@ -291,31 +282,27 @@ def open_clip_fields(
     source: OpenClipSource,
     model: str,
     revision: str,
-    dev: torch.device,
-    dt: torch.dtype,
     checkpoint: str | None,
 ) -> dict:
-    """The ``Backbone`` fields of an OpenCLIP file: the model built, checked, on ``dev`` in ``dt``.
+    """The ``Backbone`` fields of an OpenCLIP file but its device and dtype: the model built and checked, still on
+    the CPU in float32 (``load_backbone`` places it, as every model it loads).
 
     Raises:
         ValueError: see ``build_open_clip_model`` and ``load_tokenizer``; a tokenizer that does not fit.
     """
-    from capeval.clip.devices import place_for_scoring
     from capeval.clip.families import OPEN_CLIP_FILE
     from capeval.clip.image_constants import known_origin, open_clip_origin
     from capeval.clip.image_geometry import ProcessorGeometry
-    from capeval.clip.tokenizer_check import check_clip_tokenizer
+    from capeval.clip.tokenizer_check import checked_tokenizer
 
     what = f"model {model!r}"
     clip = build_open_clip_model(source, what)
-    tokenizer = load_tokenizer(source, what)
-    check_clip_tokenizer(tokenizer, clip.config.text_config, what)
+    text = checked_tokenizer(lambda: load_tokenizer(source, what), OPEN_CLIP_FILE, clip.config, what)
     weights_tag = None
     if checkpoint is not None:
         from capeval.clip.checkpoints.load import load_checkpoint_into
 
         weights_tag = load_checkpoint_into(clip, checkpoint)
-    place_for_scoring(clip, dev, dt, what)
     arch, pre = source.architecture, source.preprocessing
     size = arch.image_size
     if pre.resize_mode == "squash":  # open_clip: Resize((S, S)) in the image's own mode, no crop, RGB after
@@ -323,15 +310,13 @@ def open_clip_fields(
     origin = open_clip_origin(*source.name.split("/", 1)) if "/" in source.name else None
     return {
         "model": clip,
-        "tokenizer": tokenizer,
+        "tokenizer": text.tokenizer,
         "model_id": source.model_id,
         "revision": revision,
-        "device": dev,
-        "dtype": dt,
         "image_size": size,
         "image_mean": tuple(pre.mean),
         "image_std": tuple(pre.std),
-        "context_length": arch.context_length,
+        "context_length": text.context_length,  # the architecture's, as clip_config gave the text tower
         "weights": weights_tag,
         "origin": origin if origin is not None and known_origin(origin) is not None else None,
         "family": OPEN_CLIP_FILE,  # CLIPModel; captions tokenized as open_clip's SimpleTokenizer does

@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from capeval.clip.image_constants import check_channels
+from capeval.clip.image_constants import check_mean_std
 from capeval.clip.open_clip_tables import OpenClipArchitecture, PretrainedTag
 
 # model_cfg keys a CLIPModel reproduces; any other (attentional_pool, ls_init_value, timm_model_name, ...) refuses.
@@ -122,6 +122,9 @@ def _preprocessing(pre: dict, sidecar: Path, quick_gelu: bool) -> PretrainedTag:
         )
     tag = PretrainedTag(resize_mode=resize_mode, quick_gelu=quick_gelu)
     # The check every preprocessor file and image processor goes through (capeval.clip.image_constants).
-    mean = check_channels(str(sidecar), "preprocess_cfg.mean", pre.get("mean", tag.mean))
-    std = check_channels(str(sidecar), "preprocess_cfg.std", pre.get("std", tag.std), std=True)
+    mean, std = check_mean_std(
+        str(sidecar),
+        ("preprocess_cfg.mean", pre.get("mean", tag.mean)),
+        ("preprocess_cfg.std", pre.get("std", tag.std)),
+    )
     return PretrainedTag(mean, std, resize_mode, quick_gelu)

@@ -10,7 +10,7 @@
   (``"org/name"``);
 - a file inside a Hub repo: ``"org/name/path/file.pth"``.
 
-Modules: ``files`` (safe reading, hashes), ``layout`` (architectures, the authors' names to transformers'),
+Modules: ``files`` (safe reading), ``hashes`` (regular files only, revisions), ``layout`` (architectures, the authors' names to transformers'),
 ``locate`` (what a ``checkpoint=`` string points at), ``load`` (into a model), ``convert`` (to a folder).
 
 Loading fails loudly instead of half-loading: the architecture (widths, depths, patch, image size, heads)
@@ -21,13 +21,8 @@ checkpoint must be used.
 from __future__ import annotations
 
 from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint, save_model_folder, write_model_card
-from capeval.clip.checkpoints.files import (
-    file_sha256,
-    read_model_folder,
-    read_state_dict,
-    torch_load_weights,
-    weights_sha256,
-)
+from capeval.clip.checkpoints.files import read_model_folder, read_state_dict, torch_load_weights
+from capeval.clip.checkpoints.hashes import file_sha256, weights_sha256
 from capeval.clip.checkpoints.layout import (
     HEAD_WIDTH,
     PACS_BASE_MODELS,

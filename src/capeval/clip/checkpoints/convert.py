@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from capeval.clip.checkpoints.files import file_sha256
+from capeval.clip.checkpoints.hashes import file_sha256
 from capeval.clip.checkpoints.layout import base_model_for
 from capeval.clip.checkpoints.load import checkpoint_geometry
 from capeval.clip.checkpoints.locate import PROVENANCE_FILE, ResolvedCheckpoint, resolve_checkpoint

@@ -1,36 +1,20 @@
-"""Reading checkpoint files safely: ``torch.load(weights_only=True)``, safetensors, and their hashes."""
+"""Reading checkpoint files safely: ``torch.load(weights_only=True)``, safetensors, NaN and inf refused (their
+hashes: ``hashes``)."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import pickle
 import re
-import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import torch
 
+from capeval.clip.checkpoints.hashes import require_regular_file
 from capeval.clip.checkpoints.layout import METADATA_KEYS
 from capeval.clip.checkpoints.tensor_views import check_declared_sizes
-
-
-def require_regular_file(path: Path, what: str = "checkpoint file") -> None:
-    """Refuse, from its ``stat`` and before any byte is read, a path that is a device, pipe or socket: hashing
-    ``/dev/zero`` never ends, opening a pipe blocks forever.
-
-    Raises:
-        FileNotFoundError: nothing there.
-        ValueError: not a regular file.
-    """
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path.absolute()} does not exist") from None
-    if not stat.S_ISREG(mode):
-        raise ValueError(f"{what} {path}: not a regular file (a device, pipe or socket); refused unread")
 
 
 def _data_only_globals() -> list:
@@ -188,6 +172,34 @@ def check_pickled_weights(folder: Path, hint: str) -> None:
         torch_load_weights(path, hint)
 
 
+def read_model_weights(
+    folder: Path, read: Callable[[], torch.nn.Module], what: str, hint: str
+) -> torch.nn.Module:
+    """The model ``read()`` builds from a model folder's weights (transformers' ``from_pretrained``), with the checks
+    on either side of it: pickled weights first (``check_pickled_weights``), then NaN or inf in what was read
+    (``check_finite``, naming the weights ``what``).
+
+    Raises:
+        ValueError: see ``check_pickled_weights`` and ``check_finite``; whatever ``read`` raises.
+    """
+    check_pickled_weights(folder, hint)  # before transformers reads them
+    model = read()
+    check_finite(model.state_dict().items(), what)
+    return model
+
+
+def read_finite_state_dict(path: str | Path, what: str, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
+    """``read_state_dict`` of a file holding a whole model, refused when a tensor holds NaN or inf (``check_finite``,
+    naming the weights ``what``).
+
+    Raises:
+        FileNotFoundError, ValueError: see ``read_state_dict`` and ``check_finite``.
+    """
+    sd = read_state_dict(path, hint)
+    check_finite(sd.items(), what)
+    return sd
+
+
 def check_finite(
     tensors: Iterable[tuple[str, torch.Tensor]], what: str, cast_to: torch.dtype | None = None
 ) -> None:
@@ -224,66 +236,3 @@ def check_finite(
         f"{what} holds NaN or inf in {len(bad)} tensor(s): {shown}; every score computed with it would be "
         "NaN or meaningless. The file is damaged or was saved from a diverged training run"
     )
-
-
-# Besides its weights, the files of a model folder that decide its numbers: transformers reads configs, processor
-# and tokenizer settings as JSON, vocabularies and merges as text, SentencePiece models as ``.model`` files; capeval
-# reads its provenance record (pacscore.json: the origin that decides the image constants). Files of other kinds
-# (README.md, .gitattributes) are not read by anything that scores.
-_FOLDER_WEIGHT_SUFFIXES = (".safetensors", ".bin")
-_SETTINGS_SUFFIXES = (".json", ".txt", ".model")
-
-
-def settings_files(folder: Path) -> list[Path]:
-    """The files of ``folder`` other than weights that may decide a model's numbers (configs, processor and
-    tokenizer files, provenance), sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.suffix in _SETTINGS_SUFFIXES and p.is_file())
-
-
-def weights_sha256(folder: Path) -> str:
-    """The revision of a model folder: ``files_sha256`` of its weight files and every file that decides its
-    numbers (``settings_files``: config.json, preprocessor_config.json or processor_config.json, the tokenizer's
-    files, pacscore.json...), so editing any of them names another model.
-
-    Raises:
-        ValueError: no weight file, or one of the files is not a regular file.
-    """
-    weights = sorted(p for p in folder.iterdir() if p.name.endswith(_FOLDER_WEIGHT_SUFFIXES))
-    if not weights:
-        raise ValueError(f"model folder {folder} has no weight file (*.safetensors or *.bin)")
-    for path in weights:
-        require_regular_file(path, "weights file")
-    return files_sha256(weights + settings_files(folder))
-
-
-def files_sha256(paths: Iterable[Path]) -> str:
-    """``sha256:`` and 12 hex digits over each file's name and contents hash (``file_sha256``, cached), in name
-    order: a revision of a set of files that costs one read per file and process until a file changes."""
-    digest = hashlib.sha256()
-    for path in sorted(paths, key=lambda p: p.name):
-        digest.update(f"{path.name}\0{file_sha256(path)}\n".encode())
-    return "sha256:" + digest.hexdigest()[:12]
-
-
-# (resolved path, size, mtime_ns, inode) -> hex sha256: a file replaced by another of the same size and time (a
-# rename over it) has another inode.
-_SHA_CACHE: dict[tuple, str] = {}
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file, cached per (path, size, mtime_ns, inode) for the process."""
-    path = Path(path).resolve()
-    require_regular_file(path)
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
-    if key not in _SHA_CACHE:
-        _SHA_CACHE[key] = _read_sha256(path)
-    return _SHA_CACHE[key]
-
-
-def _read_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

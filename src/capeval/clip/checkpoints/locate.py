@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.clip.checkpoints.files import file_sha256, weights_sha256
+from capeval.clip.checkpoints.hashes import file_sha256, weights_sha256
 
 PROVENANCE_FILE = "pacscore.json"  # written next to a converted model: where its weights came from
 _STATE_DICT_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".safetensors")
