@@ -122,10 +122,10 @@ def _local_ray(environment: dict[str, str]):
     return ray
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def local_ray():
-    """The tests' one local Ray, started by the first test that needs it and shared by the rest of the session
-    (Ray stops with the process); a test that shut it down leaves the next to start it."""
+    """The tests' one local Ray, started by the first module that needs it and shared by the rest of the session
+    (Ray stops with the process); a module that shut it down leaves the next to start it."""
     return _local_ray({})
 
 

@@ -94,30 +94,6 @@ def _run_on_ray(folder, out, metrics, batch_size, actor_class, num_workers=1, em
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
-class DiesOnce(ray_engine.ScoreActor):
-    """Kills its worker process on its second batch, once (a marker file says whether it already did)."""
-
-    calls = 0
-    marker = ""  # set by the test; the class travels to the workers by value, attributes included
-
-    def __call__(self, batch):
-        self.calls += 1
-        if self.calls == 2 and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            os._exit(1)
-        return super().__call__(batch)
-
-
-def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(local_ray, corpus, tmp_path):
-    root, _ = corpus
-    marker = tmp_path / "died"
-    DiesOnce.marker = str(marker)
-    failed = _run_on_ray(root / "in", tmp_path / "out", METRICS, 4, DiesOnce)
-    assert marker.exists()  # the actor did die
-    assert failed == {}
-    _assert_equal_to_local(root, tmp_path / "out")
-
-
 def test_a_missing_model_or_caption_column_fails_a_ray_run_before_any_work(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
     with pytest.raises((OSError, ValueError), match="no-such-model"):
@@ -148,14 +124,19 @@ def test_a_model_the_actors_cannot_load_fails_the_run_at_once(local_ray, corpus,
     assert not list((tmp_path / "out" / "scores").glob("*.parquet"))
 
 
-class AlwaysDiesOnShardOne(ray_engine.ScoreActor):
-    """Kills its worker on every batch holding a row of shard 00001: an input that takes down whatever worker
-    scores it."""
+class AlwaysDies:
+    """An actor whose every call kills its worker, counting its deaths in the file ``deaths`` names: an input that
+    takes down whatever worker scores it. It loads no model, so each restart costs a worker's start only."""
+
+    deaths = ""  # set by the test; the class travels to the workers by value, attributes included
+
+    def __init__(self, metrics, options, embeddings, raw_cosine=True):
+        pass
 
     def __call__(self, batch):
-        if "00001" in ray_engine._received(batch["shard"]):
-            os._exit(1)
-        return super().__call__(batch)
+        with open(self.deaths, "a") as f:
+            f.write("died\n")
+        os._exit(1)
 
 
 def _timeout(signum, frame):
@@ -163,35 +144,38 @@ def _timeout(signum, frame):
 
 
 def test_a_batch_that_kills_every_actor_ends_the_run_after_its_retries(local_ray, tmp_path):
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)  # one batch: 3 rows and the end marker
+    AlwaysDies.deaths = str(tmp_path / "deaths")
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(240)  # Ray Data's default (retry without end) would hang here
     try:
-        # 1 + BATCH_RETRIES deaths of the actor on the same batch, then Ray's error
         with pytest.raises(ray.exceptions.RayError):
-            _run_on_ray(tmp_path / "in", tmp_path / "out", ["clipscore"], 4, AlwaysDiesOnShardOne)
+            _run_on_ray(tmp_path / "in", tmp_path / "out", ["clipscore"], 4, AlwaysDies)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    assert not (tmp_path / "out" / "scores" / "00001.parquet").exists()
+    # The first call and BATCH_RETRIES resubmissions, each to a restarted actor, then Ray's error
+    assert (tmp_path / "deaths").read_text().split() == ["died"] * (1 + ray_engine.BATCH_RETRIES)
+    assert not (tmp_path / "out" / "scores" / "00000.parquet").exists()
 
 
 DRIVER = """
 import sys
 from capeval.corpus.run import score_corpus
 score_corpus(sys.argv[1], sys.argv[2], ["clipscore", "refclipscore"], model=sys.argv[3], batch_size=4,
-             executor="ray", num_workers=1)
+             executor="ray", num_workers=1, ray={"address": sys.argv[4]})
 """
 
 
-def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
+def test_a_driver_killed_mid_run_loses_only_shards_in_flight(local_ray, corpus, tmp_path):
     root, _ = corpus
-    ray.shutdown()  # each driver below starts its own local Ray, as a user's command would
     out = tmp_path / "out"
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(DRIVER))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    driver = subprocess.Popen([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env,
+    # A driver of its own (a user's command on a cluster): killed, its job's actors and tasks go with it.
+    address = local_ray.get_runtime_context().gcs_address
+    driver = subprocess.Popen([sys.executable, str(script), str(root / "in"), str(out), MODEL, address], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.time() + 180
     while time.time() < deadline and not list((out / "scores").glob("*.parquet")):
@@ -200,8 +184,8 @@ def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
     driver.wait()
     first = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
     assert 1 <= len(first) <= 4
-    subprocess.run([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    score_corpus(root / "in", out, METRICS, model=MODEL, batch_size=4, executor="ray", num_workers=1,
+                 ray={"address": address})  # fmt: skip
     after = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
     assert {n: after[n] for n in first} == first  # finished shards were skipped, not rewritten
     assert not list((out / "scores").glob(".*.tmp"))
@@ -337,51 +321,68 @@ def test_score_stage_with_gpu_actors_is_accepted_by_ray(local_ray):
     assert ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool, batch_size=8) is not None
 
 
-class RecordsBatchSizes(ray_engine.ScoreActor):
-    """Appends the row count of every batch it is called with to the file ``log`` names."""
+class DiesOnceAndRecordsBatchSizes(ray_engine.ScoreActor):
+    """Kills its worker process on its second batch, once (the file ``marker`` names says whether it already did);
+    appends the ``(shard, index)`` of every row of each batch it scores, one line a batch, to the file ``log``
+    names."""
 
-    log = ""  # set by the test; the class travels to the workers by value, attributes included
+    calls = 0
+    log = marker = ""  # set by the test; the class travels to the workers by value, attributes included
 
     def __call__(self, batch):
+        self.calls += 1
+        if self.calls == 2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        rows = [[str(s), int(i)] for s, i in zip(batch["shard"], batch["index"], strict=True)]
         with open(self.log, "a") as f:
-            f.write(f"{len(batch['key'])}\n")
+            f.write(json.dumps(rows) + "\n")
         return super().__call__(batch)
 
 
-def test_every_actor_call_holds_at_most_batch_size_rows_and_the_rows_equal_the_local_engines(
-    local_ray, tmp_path
-):
-    # 40 rows a shard: the read tasks' 5 batches of 8 come back from Ray joined into one block per shard.
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=40)
-    score_corpus(
-        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=8, save_embeddings=True
-    )
-    RecordsBatchSizes.log = str(tmp_path / "batches.log")
-    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 8, RecordsBatchSizes, embeddings=True)
-    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
-    assert failed == {}
-    assert sum(sizes) == 82 and max(sizes) <= 8  # 80 rows and each shard's end marker
-    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory, local_ray):
+    """Four shards of 20 rows (``write_shapes_shards(damaged=True)``: a corrupt JPEG, an empty caption, a member cut
+    short), the first not a tar and the third empty, scored locally and on Ray in batches of 3 by
+    ``DiesOnceAndRecordsBatchSizes`` (which kills its worker once, mid-shard): ``(folder, {shard: why} of Ray,
+    the batches the actors scored as lists of ``(shard, index)``, whether the actor died)``. The read tasks' batches of 3 come back from Ray
+    joined into blocks of a shard or more, which the actors' calls cut again."""
+    root = tmp_path_factory.mktemp("faulty")
+    write_shapes_shards(root / "in", shards=4, rows_per_shard=20, damaged=True)
+    (root / "in" / "00000.tar").write_bytes(b"not a tar" * 100)
+    (root / "in" / "00002.tar").write_bytes(b"")
+    score_corpus(root / "in", root / "local", METRICS, model=MODEL, batch_size=3, save_embeddings=True)
+    DiesOnceAndRecordsBatchSizes.log = str(root / "batches.log")
+    DiesOnceAndRecordsBatchSizes.marker = str(root / "died")
+    failed = _run_on_ray(root / "in", root / "ray", METRICS, 3, DiesOnceAndRecordsBatchSizes, embeddings=True)
+    batches = [
+        [tuple(row) for row in json.loads(line)] for line in (root / "batches.log").read_text().splitlines()
+    ]
+    return root, failed, batches, (root / "died").exists()
 
 
-def test_unreadable_shards_between_readable_ones_are_reported_with_small_batches_and_the_rest_scored(
-    local_ray, tmp_path
-):
-    write_shapes_shards(tmp_path / "in", shards=4, rows_per_shard=5, damaged=True)
-    (tmp_path / "in" / "00000.tar").write_bytes(b"not a tar" * 100)
-    (tmp_path / "in" / "00002.tar").write_bytes(b"")
-    score_corpus(
-        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=3, save_embeddings=True
-    )
-    RecordsBatchSizes.log = str(tmp_path / "batches.log")
-    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 3, RecordsBatchSizes, embeddings=True)
+def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(faulty_run):
+    root, failed, _, died = faulty_run
+    assert died
+    _assert_equal_to_local(root, root / "ray")
+    keys = [k for t in _table(root / "ray").values() for k in t.key]
+    assert len(keys) == len(set(keys)) == 40
+
+
+def test_every_actor_call_holds_at_most_batch_size_rows(faulty_run):
+    _, _, batches, _ = faulty_run
+    assert max(len(batch) for batch in batches) <= 3
+    # Every row, the end marker of each readable shard and the failure marker of each unreadable one went through
+    # an actor call (a batch whose reply the killed worker never sent is scored again, so some may come twice).
+    rows = {(f"{s:05d}", i) for s in (1, 3) for i in range(20)} | {(f"{s:05d}", -1) for s in range(4)}
+    assert {row for batch in batches for row in batch} == rows
+
+
+def test_unreadable_shards_between_readable_ones_are_reported_and_the_rest_scored(faulty_run):
+    root, failed, _, _ = faulty_run
     assert sorted(failed) == ["00000", "00002"]
     assert "00000" in failed["00000"] and "00002" in failed["00002"]
-    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
-    # 5 + 5 rows, an end marker for each, and a failure marker for each unreadable shard
-    assert sum(sizes) == 14 and max(sizes) <= 3
-    assert sorted(_table(tmp_path / "ray")) == ["00001", "00003"]
-    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+    assert sorted(_table(root / "ray")) == ["00001", "00003"]
 
 
 def _prepared_batch(folder, image_size, failure_at):
