@@ -44,7 +44,8 @@ pytestmark = pytest.mark.slow
 MODEL = str(shapes_clip_path())
 METRICS = ["clipscore", "refclipscore"]
 EMBEDDINGS = ("image_embedding", "text_embedding")
-S3_PREFIX = f"s3://{s3_server.BUCKET}/executors-agree"
+S3_FOLDER = "executors-agree"
+S3_PREFIX = f"s3://{s3_server.BUCKET}/{S3_FOLDER}"
 REFS = json.dumps({"references": ["a red circle"]}).encode()
 
 
@@ -507,6 +508,8 @@ CASES = SHARD_CASES + ROW_CASES + DATASET_CASES
 
 @dataclass
 class Run:
+    """One executor's run of a group: its result, and the warnings of capeval's categories it gave, in order."""
+
     result: Any
     warnings: list[str]
 
@@ -522,7 +525,7 @@ def runs(tmp_path_factory, local_ray_with_s3, s3_endpoint):
     client = s3_server.client(s3_endpoint)
 
     def put(name: str, data: bytes) -> None:
-        client.put_object(Bucket=s3_server.BUCKET, Key=f"{S3_PREFIX.split('/', 3)[3]}/{name}", Body=data)
+        client.put_object(Bucket=s3_server.BUCKET, Key=f"{S3_FOLDER}/{name}", Body=data)
 
     results: dict[str, dict[str, Run]] = {}
     with pytest.MonkeyPatch.context() as patch:
@@ -537,7 +540,7 @@ def runs(tmp_path_factory, local_ray_with_s3, s3_endpoint):
             options = {**group.options, "image_root": site.folder if group.image_root else None}
             results[name] = {}
             for executor in ("local", "ray"):
-                with patch.context() as limit, warnings.catch_warnings(record=True) as caught:
+                with pytest.MonkeyPatch.context() as limit, warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     if group.pixel_limit is not None:
                         limit.setattr(Image, "MAX_IMAGE_PIXELS", group.pixel_limit)
