@@ -102,14 +102,51 @@ def uploads():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def local_ray():
-    """The tests' one local Ray (two CPUs, no dashboard), started by the first test that needs it and shared by
-    the rest of the session (Ray stops with the process); a test that shut it down leaves the next to start it."""
+_RAY_ENVIRONMENT: dict[str, str] = {}  # the variables the running local Ray was started with
+
+
+def _local_ray(environment: dict[str, str]):
+    """The tests' one local Ray (two CPUs, no dashboard), its workers started with ``environment`` among their
+    variables: a Ray started without them is stopped and started again with them (a worker has the variables
+    the Ray it runs in was started with, as on a user's nodes)."""
     ray = pytest.importorskip("ray")
+    if ray.is_initialized() and any(_RAY_ENVIRONMENT.get(k) != v for k, v in environment.items()):
+        ray.shutdown()
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in environment.items():
+                patch.setenv(name, value)
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        _RAY_ENVIRONMENT.clear()
+        _RAY_ENVIRONMENT.update(environment)
     return ray
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """The tests' one local Ray, started by the first module that needs it and shared by the rest of the session
+    (Ray stops with the process); a module that shut it down leaves the next to start it."""
+    return _local_ray({})
+
+
+@pytest.fixture(scope="module")
+def local_ray_with_s3(s3_endpoint):
+    """The tests' one local Ray, its workers holding the S3 endpoint and keys of ``s3_endpoint`` in their
+    environment (where a user's nodes would find them), for a module that reads shards on S3 on Ray."""
+    from tests import s3_server
+
+    return _local_ray(s3_server.environment(s3_endpoint))
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """moto's S3 server on 127.0.0.1 (a free port), for the whole session, with the bucket ``s3_server.BUCKET``
+    (``tests/s3_server.py``)."""
+    from tests import s3_server
+
+    server, endpoint = s3_server.start()
+    yield endpoint
+    server.stop()
 
 
 @pytest.fixture(scope="session")

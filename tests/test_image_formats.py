@@ -211,23 +211,6 @@ def test_a_shard_member_or_cell_holding_eps_is_a_row_error_on_the_local_engine(
     assert not ghostscript_calls.exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", SHARD_WRITERS)
-def test_a_shard_member_or_cell_holding_eps_is_a_row_error_on_the_ray_engine(
-    tmp_path, tiny_clip_dir, ghostscript_calls, kind, local_ray
-):
-    from capeval.corpus.run import score_corpus
-
-    source = SHARD_WRITERS[kind](tmp_path / "in")
-    # PIL in the workers would look for Ghostscript on the PATH they were started with; the log file is still
-    # where any stand-in call would be recorded, and the row's error shows the refusal came first.
-    score_corpus(
-        source, tmp_path / "out", ["clipscore"], model=str(tiny_clip_dir), device="cpu", executor="ray"
-    )
-    _assert_eps_row_refused_and_the_other_scored(tmp_path / "out")
-    assert not ghostscript_calls.exists()
-
-
 def test_the_space_refuses_an_uploaded_eps_named_jpg(uploads, ghostscript_calls):
     import gradio as gr
     from gradio.data_classes import FileData

@@ -1,7 +1,7 @@
 """Image paths named by rows: read only inside the data file's folder, or inside an image root the user gives;
 a path leading out (absolute, ``..``, ``~``, a link) is an error row that names the rule and the option and tells
-nothing of the file outside. The same rule on every source (JSONL, CSV, Parquet, datasets, image folders), every
-executor and the command line."""
+nothing of the file outside. The same rule on every source (JSONL, CSV, Parquet, datasets, image folders) and the
+command line; ``tests/test_executors_agree.py`` holds Ray to it."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_a_recorded_image_file_is_found_changed_when_replaced_touched_or_gone(la
     assert changed_files(recorded) == [str(image), str(layout / "gone.jpg")]
 
 
-# --- Every source, every executor, the command line ---
+# --- Every source, the command line ---
 
 
 def _jsonl(layout, images):
@@ -183,16 +183,6 @@ def test_an_image_folder_refuses_a_linked_image_outside_it(layout):
     score_corpus(folder, layout / "out", model=MODEL, progress=False)
     rows = _rows(layout / "out")
     assert rows["a"]["error"] is None and "leads outside its data file's folder" in rows["b"]["error"]
-
-
-def test_ray_reads_paths_by_the_same_rule(layout, local_ray):
-    source = _jsonl(layout, ["images/in.jpg", "../private/secret.jpg"])
-    local = score_corpus(source, layout / "local", model=MODEL, progress=False)
-    ray = score_corpus(source, layout / "ray", model=MODEL, progress=False, executor="ray")
-    assert [r["error"] for r in _rows(layout / "ray").values()] == [
-        r["error"] for r in _rows(layout / "local").values()
-    ]
-    assert ray.summary["scored"] == local.summary["scored"] == 1
 
 
 def test_the_command_line_takes_an_image_root_and_refuses_one_that_is_no_folder(layout, capsys):

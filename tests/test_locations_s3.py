@@ -4,8 +4,6 @@ from the objects as from local files."""
 
 from __future__ import annotations
 
-import logging
-import os
 import pickle
 
 import pytest
@@ -16,49 +14,26 @@ from capeval.corpus.locations import list_locations
 from capeval.corpus.parquet_cells import CheckedParquet
 from capeval.corpus.tar_members import tar_samples
 from tests import hostile_shards as H
+from tests import s3_server
 
-BUCKET = "corpus"
 WANTED = ("jpg", "txt", "json")
-CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """moto's S3 server on 127.0.0.1 (a free port), for the whole session, with the bucket ``corpus``."""
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # botocore never asks the instance metadata
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    _client(endpoint).create_bucket(Bucket=BUCKET)
-    yield endpoint
-    server.stop()
-
-
-def _client(endpoint):
-    import boto3
-
-    return boto3.client("s3", endpoint_url=endpoint, **CREDENTIALS)
 
 
 @pytest.fixture
 def s3(s3_endpoint, request):
     """``(put(name, bytes), url prefix, storage options)`` in a prefix of its own for each test."""
-    client = _client(s3_endpoint)
+    client = s3_server.client(s3_endpoint)
     prefix = request.node.name.replace("[", "-").replace("]", "")
 
     def put(name: str, data: bytes) -> None:
-        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=data)
+        client.put_object(Bucket=s3_server.BUCKET, Key=f"{prefix}/{name}", Body=data)
 
     options = {
         "key": "testing",
         "secret": "testing",
         "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"},
     }
-    return put, f"s3://{BUCKET}/{prefix}", options
+    return put, f"s3://{s3_server.BUCKET}/{prefix}", options
 
 
 def _tar_bytes(tmp_path, *keys) -> bytes:
@@ -185,10 +160,8 @@ def test_the_endpoint_and_keys_can_come_from_the_environment(s3, tmp_path, monke
 
     put, prefix, options = s3
     put("00000.tar", _tar_bytes(tmp_path, "a"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name, value in s3_server.environment(options["client_kwargs"]["endpoint_url"]).items():
+        monkeypatch.setenv(name, value)
     s3fs.S3FileSystem.clear_instance_cache()  # a filesystem made before these variables would not see them
     try:
         [location] = list_locations(f"{prefix}/00000.tar")
@@ -210,10 +183,8 @@ def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resume
     from tests.test_corpus import read_scores
 
     put, prefix, options = s3
-    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name, value in s3_server.environment(options["client_kwargs"]["endpoint_url"]).items():
+        monkeypatch.setenv(name, value)
     write_shapes_shards(tmp_path / "local", shards=2, rows_per_shard=3)
     for tar in sorted((tmp_path / "local").glob("*.tar")):
         put(tar.name, tar.read_bytes())
@@ -235,42 +206,3 @@ def test_a_corpus_run_on_an_s3_brace_pattern_scores_as_on_local_files_and_resume
     ):
         again = score_corpus(f"{prefix}/{{00000..00001}}.tar", tmp_path / "got", model=model)
     assert again.summary["shards_scored_now"] == 1
-
-
-@pytest.mark.slow
-def test_ray_reads_s3_shards_from_its_workers_as_the_local_executor_does(s3, tmp_path, monkeypatch):
-    # Every read task opens its shard on S3 itself: the workers find the endpoint and keys where a user's nodes
-    # would, in their environment (a Ray started after the variables are set passes them on).
-    ray = pytest.importorskip("ray")
-    from capeval.corpus.run import score_corpus
-    from capeval.shapes import shapes_clip_path
-    from capeval_dev.testing.shapes_shards import write_shapes_shards
-    from tests.test_corpus import read_scores
-
-    put, prefix, options = s3
-    for name, value in (("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"]),
-                        ("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):  # fmt: skip
-        monkeypatch.setenv(name, value)
-    write_shapes_shards(tmp_path / "local", shards=3, rows_per_shard=4, damaged=True)
-    for tar in sorted((tmp_path / "local").glob("*.tar")):
-        put(tar.name, tar.read_bytes())
-    model = str(shapes_clip_path())
-    local = score_corpus(f"{prefix}/{{00000..00002}}.tar", tmp_path / "local-run", model=model, batch_size=3)
-    ray.shutdown()  # the session's Ray was started without these variables
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        remote = score_corpus(f"{prefix}/{{00000..00002}}.tar", tmp_path / "ray-run", model=model, batch_size=3,
-                              executor="ray")  # fmt: skip
-    finally:
-        ray.shutdown()
-    got, want = read_scores(tmp_path / "ray-run"), read_scores(tmp_path / "local-run")
-    assert [{k: v for k, v in r.items() if not isinstance(v, float)} for r in got] == [
-        {k: v for k, v in r.items() if not isinstance(v, float)} for r in want
-    ]  # keys, shards, captions, errors, sizes
-    for a, b in zip(got, want, strict=True):
-        assert {k: v for k, v in a.items() if isinstance(v, float)} == pytest.approx(
-            {k: v for k, v in b.items() if isinstance(v, float)}, abs=1e-6, nan_ok=True
-        )
-    assert remote.summary["rows"] == local.summary["rows"] == 12
-    assert remote.summary["scored"] == local.summary["scored"] < 12  # the damaged rows are error rows on both

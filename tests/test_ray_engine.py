@@ -1,12 +1,15 @@
-"""The Ray Data engine on a local Ray started by the tests: equal to the local engine with 1 and 2 actors,
-a worker killed mid-shard (Ray restarts it), a driver killed mid-run (the rerun skips finished shards),
-damaged rows and unreadable shards reported, a missing model refused before any work, a model that the
-actors cannot load failing the run at once."""
+"""The Ray Data engine on a local Ray started by the tests, where it is Ray's own: a worker killed mid-shard (Ray
+restarts it, no row lost or doubled), a batch that kills every actor (the run ends after its retries), a driver
+killed mid-run (the rerun skips finished shards), unreadable shards between readable ones, every actor call held to
+the batch size, a model the actors cannot load, Ray Data's block settings, and the read, score and collect stages.
+That Ray writes the rows, errors and records the local engine writes is ``tests/test_executors_agree.py``'s.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,66 +94,8 @@ def _run_on_ray(folder, out, metrics, batch_size, actor_class, num_workers=1, em
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_ray_equals_the_local_engine_row_for_row(local_ray, corpus, workers):
-    root, local = corpus
-    out = root / f"ray{workers}"
-    result = score_corpus(
-        root / "in", out, METRICS, model=MODEL, batch_size=4, executor="ray", num_workers=workers,
-        save_embeddings=True, top_fraction=0.3,
-    )  # fmt: skip
-    _assert_equal_to_local(root, out)
-    assert result.summary["rows"] == 24 and result.summary["errors"] == 3
-    # write_shapes_shards(damaged=True): shard 1's 2nd sample a corrupt JPEG, its 3rd an empty caption, the
-    # last shard cut inside its last member; each keeps its key, with why.
-    errors = {
-        k: e for t in _table(out).values() for k, e in zip(t.key, t.error, strict=True) if isinstance(e, str)
-    }
-    assert sorted(errors) == ["000010001", "000010002", "000030005"]
-    assert errors["000010001"].startswith("image of 000010001 cannot be read")
-    assert errors["000010002"] == "sample 000010002 has an empty caption (.txt)"
-    assert "truncated" in errors["000030005"] or "tar ends inside a member" in errors["000030005"]
-    assert result.summary["error_kinds"] == local.summary["error_kinds"]
-    assert result.summary["mean"]["clipscore"] == pytest.approx(local.summary["mean"]["clipscore"], abs=1e-6)
-    # DataComp's cut over the 21 scored rows: the score at position int(21 * 0.3) = 6 of the descending pool
-    pool = np.sort(np.concatenate([t.clipscore.dropna() for t in _table(out).values()]))[::-1]
-    assert result.summary["threshold"] == pool[6]
-    assert result.summary["kept"] == int((pool >= pool[6]).sum()) >= 7
-
-
-class DiesOnce(ray_engine.ScoreActor):
-    """Kills its worker process on its second batch, once (a marker file says whether it already did)."""
-
-    calls = 0
-    marker = ""  # set by the test; the class travels to the workers by value, attributes included
-
-    def __call__(self, batch):
-        self.calls += 1
-        if self.calls == 2 and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            os._exit(1)
-        return super().__call__(batch)
-
-
-def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(local_ray, corpus, tmp_path):
-    root, _ = corpus
-    marker = tmp_path / "died"
-    DiesOnce.marker = str(marker)
-    failed = _run_on_ray(root / "in", tmp_path / "out", METRICS, 4, DiesOnce)
-    assert marker.exists()  # the actor did die
-    assert failed == {}
-    _assert_equal_to_local(root, tmp_path / "out")
-
-
-def test_unreadable_shards_are_reported_and_a_missing_model_fails_before_any_work(
-    local_ray, corpus, tmp_path
-):
-    root, _ = corpus
+def test_a_missing_model_or_caption_column_fails_a_ray_run_before_any_work(tmp_path):
     write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
-    (tmp_path / "in" / "00002.tar").write_bytes(b"not a tar" * 100)
-    result = score_corpus(tmp_path / "in", tmp_path / "out", ["clipscore"], model=MODEL, executor="ray")
-    assert list(result.summary["failed_shards"]) == ["00002"]
-    assert result.summary["scored"] == 6
     with pytest.raises((OSError, ValueError), match="no-such-model"):
         score_corpus(
             tmp_path / "in",
@@ -179,14 +124,19 @@ def test_a_model_the_actors_cannot_load_fails_the_run_at_once(local_ray, corpus,
     assert not list((tmp_path / "out" / "scores").glob("*.parquet"))
 
 
-class AlwaysDiesOnShardOne(ray_engine.ScoreActor):
-    """Kills its worker on every batch holding a row of shard 00001: an input that takes down whatever worker
-    scores it."""
+class AlwaysDies:
+    """An actor whose every call kills its worker, counting its deaths in the file ``deaths`` names: an input that
+    takes down whatever worker scores it. It loads no model, so each restart costs a worker's start only."""
+
+    deaths = ""  # set by the test; the class travels to the workers by value, attributes included
+
+    def __init__(self, metrics, options, embeddings, raw_cosine=True):
+        pass
 
     def __call__(self, batch):
-        if "00001" in ray_engine._received(batch["shard"]):
-            os._exit(1)
-        return super().__call__(batch)
+        with open(self.deaths, "a") as f:
+            f.write("died\n")
+        os._exit(1)
 
 
 def _timeout(signum, frame):
@@ -194,82 +144,38 @@ def _timeout(signum, frame):
 
 
 def test_a_batch_that_kills_every_actor_ends_the_run_after_its_retries(local_ray, tmp_path):
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=3)
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)  # one batch: 3 rows and the end marker
+    AlwaysDies.deaths = str(tmp_path / "deaths")
     previous = signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(240)  # Ray Data's default (retry without end) would hang here
     try:
-        # 1 + BATCH_RETRIES deaths of the actor on the same batch, then Ray's error
         with pytest.raises(ray.exceptions.RayError):
-            _run_on_ray(tmp_path / "in", tmp_path / "out", ["clipscore"], 4, AlwaysDiesOnShardOne)
+            _run_on_ray(tmp_path / "in", tmp_path / "out", ["clipscore"], 4, AlwaysDies)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    assert not (tmp_path / "out" / "scores" / "00001.parquet").exists()
+    # The first call and BATCH_RETRIES resubmissions, each to a restarted actor, then Ray's error
+    assert (tmp_path / "deaths").read_text().split() == ["died"] * (1 + ray_engine.BATCH_RETRIES)
+    assert not (tmp_path / "out" / "scores" / "00000.parquet").exists()
 
 
 DRIVER = """
 import sys
 from capeval.corpus.run import score_corpus
 score_corpus(sys.argv[1], sys.argv[2], ["clipscore", "refclipscore"], model=sys.argv[3], batch_size=4,
-             executor="ray", num_workers=1)
+             executor="ray", num_workers=1, ray={"address": sys.argv[4]})
 """
 
 
-def test_hostile_shards_give_the_same_rows_and_errors_on_ray_as_on_the_local_engine(local_ray, tmp_path):
-    from capeval.validation import MAX_REFERENCES
-    from tests import hostile_shards as H
-
-    folder = tmp_path / "in"
-    folder.mkdir()
-    repeated = H.tar_of(*H.sample("a", seed=1), *H.sample("b", seed=2), *H.sample("a", seed=3))
-    (folder / "00000.tar").write_bytes(repeated)
-    (folder / "00001.tar").write_bytes(H.tar_of(
-        *H.sample("nested"), H.member("nested.json", H.nested_json(100_000)),
-        *H.sample("many"), H.member("many.json", H.references_json(MAX_REFERENCES + 1)),
-        *H.sample("ok"), H.member("ok.json", H.references_json(2)),
-        H.pax_size_claim("claim.jpg", 10**15),
-    ))  # fmt: skip
-    H.write_parquet(
-        folder / "00002.parquet",
-        {"key": ["big", "fine"], "jpg": [bytes(65 * 2**20), H.jpeg()], "caption": ["x", "y"],
-         "references": [["r"], ["a red circle"]]},
-        row_group_size=1,
-    )  # fmt: skip
-    shards = sorted(folder.iterdir())
-    local = score_corpus(shards, tmp_path / "local", METRICS, model=MODEL, batch_size=2)
-    remote = score_corpus(shards, tmp_path / "ray", METRICS, model=MODEL, batch_size=2, executor="ray")
-    a, b = _table(tmp_path / "local"), _table(tmp_path / "ray")
-    assert sorted(a) == sorted(b) == ["00000", "00001", "00002"]
-    for name in a:
-        assert list(a[name].key) == list(b[name].key) and list(a[name]["index"]) == list(b[name]["index"])
-        assert list(a[name].error.fillna("")) == list(b[name].error.fillna(""))
-        np.testing.assert_allclose(b[name].refclipscore, a[name].refclipscore, atol=1e-5, equal_nan=True)
-    errors = {(n, k): e for n, t in b.items() for k, e in zip(t.key, t.error.fillna(""), strict=True)}
-    assert list(b["00000"].key) == ["a", "b", "a"] and errors[("00000", "a")].startswith(
-        "key a names 2 samples"
-    )
-    assert errors[("00001", "nested")].startswith(
-        "the sidecar nested.json of sample nested nests arrays and objects more than 100 levels deep"
-    )
-    assert errors[("00001", "many")].startswith(
-        f"sample many (sidecar many.json) has {MAX_REFERENCES + 1} references, over the limit"
-    )
-    assert errors[("00001", "ok")] == "" and errors[("00001", "claim")].startswith(
-        "tar member claim.jpg claims"
-    )
-    assert errors[("00002", "big")].startswith("row big: column 'jpg' of row group 0 (1 rows) holds")
-    assert errors[("00002", "fine")] == ""
-    assert remote.summary["scored"] == local.summary["scored"] == 2 and remote.summary["rows"] == 9
-
-
-def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
+def test_a_driver_killed_mid_run_loses_only_shards_in_flight(local_ray, corpus, tmp_path):
     root, _ = corpus
-    ray.shutdown()  # each driver below starts its own local Ray, as a user's command would
     out = tmp_path / "out"
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(DRIVER))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    driver = subprocess.Popen([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env,
+    # A driver of its own (a user's command on a cluster): killed, its job's actors and tasks go with it.
+    address = local_ray.get_runtime_context().gcs_address
+    driver = subprocess.Popen([sys.executable, str(script), str(root / "in"), str(out), MODEL, address], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.time() + 180
     while time.time() < deadline and not list((out / "scores").glob("*.parquet")):
@@ -278,8 +184,8 @@ def test_a_driver_killed_mid_run_loses_only_shards_in_flight(corpus, tmp_path):
     driver.wait()
     first = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
     assert 1 <= len(first) <= 4
-    subprocess.run([sys.executable, str(script), str(root / "in"), str(out), MODEL], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    score_corpus(root / "in", out, METRICS, model=MODEL, batch_size=4, executor="ray", num_workers=1,
+                 ray={"address": address})  # fmt: skip
     after = {p.name: p.stat().st_mtime_ns for p in (out / "scores").glob("*.parquet")}
     assert {n: after[n] for n in first} == first  # finished shards were skipped, not rewritten
     assert not list((out / "scores").glob(".*.tmp"))
@@ -415,51 +321,68 @@ def test_score_stage_with_gpu_actors_is_accepted_by_ray(local_ray):
     assert ray_engine._score_stage(local_ray, ds, EchoActor, constructor, pool, batch_size=8) is not None
 
 
-class RecordsBatchSizes(ray_engine.ScoreActor):
-    """Appends the row count of every batch it is called with to the file ``log`` names."""
+class DiesOnceAndRecordsBatchSizes(ray_engine.ScoreActor):
+    """Kills its worker process on its second batch, once (the file ``marker`` names says whether it already did);
+    appends the ``(shard, index)`` of every row of each batch it scores, one line a batch, to the file ``log``
+    names."""
 
-    log = ""  # set by the test; the class travels to the workers by value, attributes included
+    calls = 0
+    log = marker = ""  # set by the test; the class travels to the workers by value, attributes included
 
     def __call__(self, batch):
+        self.calls += 1
+        if self.calls == 2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        rows = [[str(s), int(i)] for s, i in zip(batch["shard"], batch["index"], strict=True)]
         with open(self.log, "a") as f:
-            f.write(f"{len(batch['key'])}\n")
+            f.write(json.dumps(rows) + "\n")
         return super().__call__(batch)
 
 
-def test_every_actor_call_holds_at_most_batch_size_rows_and_the_rows_equal_the_local_engines(
-    local_ray, tmp_path
-):
-    # 40 rows a shard: the read tasks' 5 batches of 8 come back from Ray joined into one block per shard.
-    write_shapes_shards(tmp_path / "in", shards=2, rows_per_shard=40)
-    score_corpus(
-        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=8, save_embeddings=True
-    )
-    RecordsBatchSizes.log = str(tmp_path / "batches.log")
-    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 8, RecordsBatchSizes, embeddings=True)
-    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
-    assert failed == {}
-    assert sum(sizes) == 82 and max(sizes) <= 8  # 80 rows and each shard's end marker
-    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory, local_ray):
+    """Four shards of 20 rows (``write_shapes_shards(damaged=True)``: a corrupt JPEG, an empty caption, a member cut
+    short), the first not a tar and the third empty, scored locally and on Ray in batches of 3 by
+    ``DiesOnceAndRecordsBatchSizes`` (which kills its worker once, mid-shard): ``(folder, {shard: why} of Ray,
+    the batches the actors scored as lists of ``(shard, index)``, whether the actor died)``. The read tasks' batches of 3 come back from Ray
+    joined into blocks of a shard or more, which the actors' calls cut again."""
+    root = tmp_path_factory.mktemp("faulty")
+    write_shapes_shards(root / "in", shards=4, rows_per_shard=20, damaged=True)
+    (root / "in" / "00000.tar").write_bytes(b"not a tar" * 100)
+    (root / "in" / "00002.tar").write_bytes(b"")
+    score_corpus(root / "in", root / "local", METRICS, model=MODEL, batch_size=3, save_embeddings=True)
+    DiesOnceAndRecordsBatchSizes.log = str(root / "batches.log")
+    DiesOnceAndRecordsBatchSizes.marker = str(root / "died")
+    failed = _run_on_ray(root / "in", root / "ray", METRICS, 3, DiesOnceAndRecordsBatchSizes, embeddings=True)
+    batches = [
+        [tuple(row) for row in json.loads(line)] for line in (root / "batches.log").read_text().splitlines()
+    ]
+    return root, failed, batches, (root / "died").exists()
 
 
-def test_unreadable_shards_between_readable_ones_are_reported_with_small_batches_and_the_rest_scored(
-    local_ray, tmp_path
-):
-    write_shapes_shards(tmp_path / "in", shards=4, rows_per_shard=5, damaged=True)
-    (tmp_path / "in" / "00000.tar").write_bytes(b"not a tar" * 100)
-    (tmp_path / "in" / "00002.tar").write_bytes(b"")
-    score_corpus(
-        tmp_path / "in", tmp_path / "local", METRICS, model=MODEL, batch_size=3, save_embeddings=True
-    )
-    RecordsBatchSizes.log = str(tmp_path / "batches.log")
-    failed = _run_on_ray(tmp_path / "in", tmp_path / "ray", METRICS, 3, RecordsBatchSizes, embeddings=True)
+def test_a_worker_killed_mid_shard_is_restarted_and_no_row_is_lost_or_doubled(faulty_run):
+    root, failed, _, died = faulty_run
+    assert died
+    _assert_equal_to_local(root, root / "ray")
+    keys = [k for t in _table(root / "ray").values() for k in t.key]
+    assert len(keys) == len(set(keys)) == 40
+
+
+def test_every_actor_call_holds_at_most_batch_size_rows(faulty_run):
+    _, _, batches, _ = faulty_run
+    assert max(len(batch) for batch in batches) <= 3
+    # Every row, the end marker of each readable shard and the failure marker of each unreadable one went through
+    # an actor call (a batch whose reply the killed worker never sent is scored again, so some may come twice).
+    rows = {(f"{s:05d}", i) for s in (1, 3) for i in range(20)} | {(f"{s:05d}", -1) for s in range(4)}
+    assert {row for batch in batches for row in batch} == rows
+
+
+def test_unreadable_shards_between_readable_ones_are_reported_and_the_rest_scored(faulty_run):
+    root, failed, _, _ = faulty_run
     assert sorted(failed) == ["00000", "00002"]
     assert "00000" in failed["00000"] and "00002" in failed["00002"]
-    sizes = [int(n) for n in (tmp_path / "batches.log").read_text().split()]
-    # 5 + 5 rows, an end marker for each, and a failure marker for each unreadable shard
-    assert sum(sizes) == 14 and max(sizes) <= 3
-    assert sorted(_table(tmp_path / "ray")) == ["00001", "00003"]
-    _assert_equal_to_local(tmp_path, tmp_path / "ray")
+    assert sorted(_table(root / "ray")) == ["00001", "00003"]
 
 
 def _prepared_batch(folder, image_size, failure_at):
@@ -592,6 +515,25 @@ def test_collect_drops_every_row_of_a_shard_that_failed_part_way(tmp_path):
     assert sorted(_table(tmp_path)) == ["b"]
 
 
+def test_collect_refuses_a_shard_rewritten_while_it_was_read_and_writes_none_of_its_rows(tmp_path):
+    from capeval.corpus.shards import list_shards
+
+    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)
+    write_shapes_shards(tmp_path / "other", shards=1, rows_per_shard=4, seed=5)
+    [shard] = list_shards(tmp_path / "in")
+    records = {shard.name: input_record(shard)}  # taken before the read
+    # A download finishing over the shard while it was read: its rows may mix two versions.
+    shutil.copy(tmp_path / "other" / "00000.tar", tmp_path / "in" / "00000.tar")
+    blocks = _Blocks([_scored_block([("00000", 0), ("00000", 1), ("00000", 2), ("00000", "end", 3, {})])])
+    failed = ray_engine._collect(blocks, tmp_path / "out", ["clipscore"], False, {shard.name: shard}, records)
+    why = failed["00000"]
+    assert (
+        why.startswith(f"shard {tmp_path / 'in' / '00000.tar'} changed while it was read (")
+        and "content" in why
+    )
+    assert not (tmp_path / "out" / "scores" / "00000.parquet").exists()
+
+
 def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
     blocks = _Blocks([_scored_block([("a", 0), ("b", 0), ("a", 2), ("a", "end", 3, {}), ("b", "end", 1, {}),
                                      ("c", 0)])])  # fmt: skip
@@ -600,24 +542,3 @@ def test_collect_refuses_a_shard_whose_rows_did_not_all_arrive(tmp_path):
     ):
         ray_engine._collect(blocks, tmp_path, ["clipscore"], False, *_listed("abc"))
     assert sorted(_table(tmp_path)) == ["b"]
-
-
-def test_the_callers_pixel_limit_and_a_long_csv_field_give_the_same_rows_on_ray_as_locally(
-    local_ray, tmp_path, monkeypatch
-):
-    write_shapes_shards(tmp_path / "in", shards=1, rows_per_shard=3)  # 96x72 pictures: 6,912 pixels
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 5_000)  # the caller's limit, set in the driver only
-    local = score_corpus(tmp_path / "in", tmp_path / "local", model=MODEL, progress=False)
-    remote = score_corpus(tmp_path / "in", tmp_path / "ray", model=MODEL, progress=False, executor="ray")
-    assert local.summary["scored"] == remote.summary["scored"] == 0
-    errors = [r["error"] for r in pq.read_table(tmp_path / "ray" / "scores" / "00000.parquet").to_pylist()]
-    assert all("exceeds limit of 5000 pixels" in e for e in errors)
-    monkeypatch.undo()
-    # A field over Python's own 128 KiB CSV limit, in a column no metric reads.
-    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "a.png")
-    (tmp_path / "rows.csv").write_text(f"image,caption,notes\na.png,a black square,{'x' * 200_000}\n")
-    local = score_corpus(tmp_path / "rows.csv", tmp_path / "csv-local", model=MODEL, progress=False)
-    remote = score_corpus(
-        tmp_path / "rows.csv", tmp_path / "csv-ray", model=MODEL, progress=False, executor="ray"
-    )
-    assert local.summary["scored"] == remote.summary["scored"] == 1 and remote.summary["failed_shards"] == {}

@@ -96,14 +96,6 @@ def test_a_replaced_image_a_row_names_is_scored_again_and_said_so(pictures, kind
     assert said == [] and third.summary["shards_scored_now"] == 0
 
 
-def test_ray_records_the_image_files_as_the_local_executor_does(pictures, local_ray):
-    source = _sources(pictures)["jsonl"]
-    _run(source, pictures / "out", executor="ray")
-    shutil.copyfile(pictures / "other.png", pictures / "data" / "images" / "2.png")
-    second, said = _run(source, pictures / "out")  # a local rerun trusts what Ray recorded, and no more
-    assert len(said) == 1 and "2.png" in said[0] and second.summary["shards_scored_now"] == 1
-
-
 def test_another_image_root_scores_the_shards_again(pictures):
     source = _sources(pictures)["jsonl"]
     _run(source, pictures / "out")
