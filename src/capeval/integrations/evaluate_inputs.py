@@ -284,7 +284,10 @@ class GuardedMetric:
                     kwargs.setdefault(
                         name, None
                     )  # evaluate needs every declared input; add_batch fills it in
-            options = {**self._load_options, **kwargs}
+            # Checked before evaluate stores the batch: a refused option leaves no half-written cache file whose
+            # lock would make the next compute wait for it (evaluate's one-second timeout) and start another file.
+            shared = {name: value for name, value in kwargs.items() if name in OPTION_RULE_NAMES}
+            options = {**self._load_options, **kwargs, **check_options(**shared)}
             return super().compute(predictions=predictions, references=references, **options)
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
