@@ -263,6 +263,29 @@ def test_emscore_compute_refuses_an_idf_table_with_string_keys(modules, compute_
         )
 
 
+def test_a_compute_that_fails_in_the_metric_leaves_no_cache_file_or_lock_behind(compute_options, tmp_path):
+    # evaluate cleans up only after a _compute that returns: the failed call's Arrow file stayed, locked, and every
+    # later compute of the metric in the process waited a second for that lock before taking another file.
+    def load():
+        return evaluate.load(str(REPO / "metrics" / "emscore"), cache_dir=str(tmp_path))
+
+    with pytest.raises(TypeError, match="idf key '320' is str"):
+        load().compute(
+            predictions=PREDICTIONS, references=REFERENCES, idf={"320": 1.0}, **compute_options["emscore"]
+        )
+    assert not list(tmp_path.rglob("*.arrow"))
+    module = load()
+    assert (
+        len(
+            module.compute(predictions=PREDICTIONS, references=REFERENCES, **compute_options["emscore"])[
+                "scores"
+            ]
+        )
+        == 3
+    )
+    assert module.experiment_id == "default_experiment"  # its own file, not another one after a wait
+
+
 # --- One module object serves several threads ---
 
 
