@@ -100,7 +100,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "clip/tokenization.py",
         'PREFIX = "A photo depicts"',
         'PREFIX = ""',
-        (T_PIPE,),
+        (T_CLIP_S, T_PIPE),
         "no prompt prefix by default",
     ),
     Mutation(
@@ -108,7 +108,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "clip/images.py",
         "img = img.resize((new_w, new_h), Image.BICUBIC)",
         "img = img.resize((new_w, new_h), Image.BILINEAR)",
-        (T_PIPE, T_PIXELS),
+        (T_PIXELS, T_PIPE),
         "bilinear instead of bicubic resizing",
     ),
     Mutation(
@@ -284,23 +284,55 @@ def _copy_src(tmp: Path) -> Path:
     return dest
 
 
-# What every mutation's tests import before capeval: imported once here, so that each mutation's run, forked from
-# this process, starts with them loaded (most of a fresh interpreter's start-up) and imports only capeval, from the
-# mutated copy. This process never imports capeval.
-PRELOADED = ("numpy", "PIL.Image", "torch", "transformers", "pytest")
+# What the mutations' tests import besides capeval and the tests' own modules: imported once here, so that each
+# mutation's run, forked from this process, starts with them loaded (most of a fresh interpreter's start-up and of
+# pytest's own start, its plugins included) and imports only capeval, from the mutated copy, and the test modules.
+# This process never imports capeval.
+PRELOADED = (
+    "numpy",
+    "PIL.Image",
+    "torch",
+    "transformers",
+    "pytest",
+    "scipy.stats",
+    "sklearn.metrics",
+    "pandas",
+    "pyarrow",
+    "datasets",
+    "gensim.models",
+    "ot",
+    "av",
+    "ftfy",
+)
 
 
 def _preload() -> None:
+    import gc
     import importlib
+    import importlib.metadata
 
     for name in PRELOADED:
         importlib.import_module(name)
     from transformers import CLIPConfig, CLIPModel, CLIPTokenizerFast  # noqa: F401 - transformers loads lazily
 
+    for plugin in importlib.metadata.entry_points(group="pytest11"):  # what pytest.main loads in every child
+        importlib.import_module(plugin.module)
     if "capeval" in sys.modules:
         raise SystemExit(
             "mutation_check must not import capeval itself: the mutated copy would not be the one run"
         )
+    # What is loaded now lives as long as every child: out of the collector's sight, pytest's collections at exit
+    # do not walk it in each child (half a second each), and the pages stay shared after the fork.
+    gc.collect()
+    gc.freeze()
+
+
+def _drop_bytecode(source: Path) -> None:
+    """Remove the cached bytecode of ``source``: a mutation may keep the file's size and be written within the
+    second of the previous version, and Python would then run the stale bytecode."""
+    import importlib.util
+
+    Path(importlib.util.cache_from_source(str(source))).unlink(missing_ok=True)
 
 
 def _pytest(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
@@ -318,7 +350,6 @@ def _pytest(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str
                     str(REPO),
                 ]  # as `python -m pytest` from the repository: tests.* imports
                 os.environ["PYTHONPATH"] = str(src)  # for the processes a test starts
-                sys.dont_write_bytecode = True
                 os.chdir(REPO)
                 import pytest
 
@@ -355,7 +386,11 @@ def run(
     with tempfile.TemporaryDirectory(prefix="capeval-mutation-") as tmp:
         src = _copy_src(Path(tmp))
         origin = subprocess.run(
-            [sys.executable, "-c", "import capeval; print(capeval.__file__)"],
+            [
+                sys.executable,
+                "-c",
+                "import importlib.util; print(importlib.util.find_spec('capeval').origin)",
+            ],
             env={**os.environ, "PYTHONPATH": str(src)},
             capture_output=True,
             text=True,
@@ -379,9 +414,11 @@ def run(
             start = time.perf_counter()
             try:
                 target.write_text(text.replace(m.original, m.replacement), encoding="utf-8")
+                _drop_bytecode(target)
                 code, tail = _pytest(src, m.tests, timeout)
             finally:
                 target.write_text(text, encoding="utf-8")
+                _drop_bytecode(target)
             status = "killed" if code not in (0, 5) else "survived"
             rows.append((m, status, time.perf_counter() - start, tail))
             print(f"{status:9} {time.perf_counter() - start:6.1f}s  {m.name}: {tail}", flush=True)

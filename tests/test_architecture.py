@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -183,17 +184,57 @@ def test_metric_scripts_use_only_what_capeval_exports_at_its_top_level():
         assert used and used <= public, (script.name, used - public)
 
 
-def test_subpackages_are_attributes_of_the_package_after_a_bare_import():
-    code = (
-        "import capeval;"
-        "assert callable(capeval.bench.run_benchmark) and capeval.scores.W_CLIP_S == 2.5;"
-        "assert capeval.clip.encode_images is capeval.encode_images\n"
-        "for name in ('nonexistent', 'backbones'):\n"
-        "    try:\n        getattr(capeval, name)\n    except AttributeError as e:\n        print(e)"
+# --- What a fresh interpreter sees: one process answers the checks below, in this order (the bare import first,
+# before anything loads torch; the first imports of every module last, as they drop capeval from sys.modules) ---
+
+_FRESH_PROCESS = """
+import importlib, importlib.util, json, sys
+
+out = {}
+import capeval
+
+dir(capeval)
+out["heavy_after_bare_import"] = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+spec = importlib.util.find_spec("capeval.torchmetrics")
+out["torchmetrics_spec"] = [spec.name, spec.origin.endswith("torchmetrics/__init__.py"), "torch" in sys.modules]
+out["subpackages"] = [
+    callable(capeval.bench.run_benchmark) and capeval.scores.W_CLIP_S == 2.5,
+    capeval.clip.encode_images is capeval.encode_images,
+]
+out["missing"] = []
+for name in ("nonexistent", "backbones"):
+    try:
+        getattr(capeval, name)
+    except AttributeError as err:
+        out["missing"].append(str(err))
+failed = []
+for name in json.loads(sys.argv[1]):
+    for loaded in [m for m in sys.modules if m == "capeval" or m.startswith("capeval.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ImportError as err:
+        failed.append(f"{name}: {err}")
+out["failed_first_imports"] = failed
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_process() -> dict:
+    """What ``_FRESH_PROCESS`` found in a new Python process."""
+    names = json.dumps(sorted(m for m in MODULES if m not in EXEMPT))
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, names], capture_output=True, text=True, check=True
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "has no attribute 'nonexistent'" in out
-    assert "has no attribute 'backbones'" in out  # a path of an unreleased layout: gone, not aliased
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_subpackages_are_attributes_of_the_package_after_a_bare_import(fresh_process):
+    assert fresh_process["subpackages"] == [True, True]
+    assert "has no attribute 'nonexistent'" in fresh_process["missing"][0]
+    # a path of an unreleased layout: gone, not aliased
+    assert "has no attribute 'backbones'" in fresh_process["missing"][1]
 
 
 def test_the_public_api_of_the_readme_resolves():
@@ -232,10 +273,8 @@ def test_every_public_name_resolves_from_a_bare_import():
         capeval.NotAName  # noqa: B018
 
 
-def test_importing_capeval_loads_no_torch():
-    code = "import sys, capeval; dir(capeval); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+def test_importing_capeval_loads_no_torch(fresh_process):
+    assert fresh_process["heavy_after_bare_import"] == []
 
 
 @pytest.mark.parametrize(
@@ -250,31 +289,11 @@ def test_the_package_installs_no_import_hook():
     assert not [f for f in sys.meta_path if type(f).__module__.startswith("capeval")]
 
 
-def test_capeval_torchmetrics_is_a_real_module_not_an_alias():
-    code = (
-        "import importlib.util, sys, capeval;"
-        "spec = importlib.util.find_spec('capeval.torchmetrics');"
-        "print(spec.name, spec.origin.endswith('torchmetrics/__init__.py'), 'torch' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["capeval.torchmetrics", "True", "False"]
+def test_capeval_torchmetrics_is_a_real_module_not_an_alias(fresh_process):
+    assert fresh_process["torchmetrics_spec"] == ["capeval.torchmetrics", True, False]
 
 
-def test_every_module_imports_first_in_a_fresh_package():
+def test_every_module_imports_first_in_a_fresh_package(fresh_process):
     """Each module imported before any other capeval module: a cycle that runs through a package's ``__init__``
     (which the static walk does not count) fails here as a partially initialised module."""
-    code = (
-        "import importlib, sys\n"
-        f"names = {sorted(m for m in MODULES if m not in EXEMPT)!r}\n"
-        "failed = []\n"
-        "for name in names:\n"
-        "    for loaded in [m for m in sys.modules if m == 'capeval' or m.startswith('capeval.')]:\n"
-        "        del sys.modules[loaded]\n"
-        "    try:\n"
-        "        importlib.import_module(name)\n"
-        "    except ImportError as err:\n"
-        "        failed.append(f'{name}: {err}')\n"
-        "print('\\n'.join(failed))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == ""
+    assert fresh_process["failed_first_imports"] == []

@@ -202,6 +202,23 @@ def test_compute_refuses_a_non_finite_or_non_positive_w(modules, compute_options
         )
 
 
+@pytest.mark.parametrize("name", ["clipscore", "wmd"])
+def test_a_compute_refused_for_an_option_keeps_the_streamed_inputs_for_the_next(
+    modules, compute_options, name
+):
+    # Refused before evaluate reads its stored batches: nothing is lost, and the next compute scores them.
+    module = modules[name]
+    options = dict(compute_options[name])
+    images = options.pop("images", None)
+    module.add_batch(predictions=PREDICTIONS, references=REFERENCES, **({"images": images} if images else {}))
+    bad = {"w": -1.0} if name == "clipscore" else {"sigma": -1.0}
+    with pytest.raises(ValueError, match="must be a positive number"):
+        module.compute(**options, **bad)
+    streamed = module.compute(**options)
+    direct = _compute(module, compute_options, name, predictions=PREDICTIONS, references=REFERENCES)
+    assert streamed["scores"] == pytest.approx(direct["scores"], abs=1e-6)
+
+
 @pytest.mark.parametrize("sigma", [math.nan, math.inf, -1.0])
 def test_wmd_compute_refuses_a_non_finite_or_non_positive_sigma(modules, sigma):
     with pytest.raises(ValueError, match="sigma must be a positive number"):
@@ -244,6 +261,29 @@ def test_emscore_compute_refuses_an_idf_table_with_string_keys(modules, compute_
             idf={"320": 1.0},
             **compute_options["emscore"],
         )
+
+
+def test_a_compute_that_fails_in_the_metric_leaves_no_cache_file_or_lock_behind(compute_options, tmp_path):
+    # evaluate cleans up only after a _compute that returns: the failed call's Arrow file stayed, locked, and every
+    # later compute of the metric in the process waited a second for that lock before taking another file.
+    def load():
+        return evaluate.load(str(REPO / "metrics" / "emscore"), cache_dir=str(tmp_path))
+
+    with pytest.raises(TypeError, match="idf key '320' is str"):
+        load().compute(
+            predictions=PREDICTIONS, references=REFERENCES, idf={"320": 1.0}, **compute_options["emscore"]
+        )
+    assert not list(tmp_path.rglob("*.arrow"))
+    module = load()
+    assert (
+        len(
+            module.compute(predictions=PREDICTIONS, references=REFERENCES, **compute_options["emscore"])[
+                "scores"
+            ]
+        )
+        == 3
+    )
+    assert module.experiment_id == "default_experiment"  # its own file, not another one after a wait
 
 
 # --- One module object serves several threads ---

@@ -28,12 +28,6 @@ from capeval_dev.perf.module_loading import child_env, example_inputs, load_in_f
 STALE_HASH = "0" * 64
 
 
-def _install(cache: Path, home: Path, *args: str) -> str:
-    cmd = [sys.executable, "-m", "capeval.cli", "install-modules", "--modules-cache", str(cache), *args]
-    env = child_env("offline", None, cache, home)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300).stdout
-
-
 def _expected_module(name: str) -> str:
     # The dotted name evaluate's CachedEvaluationModuleFactory builds, with the hash evaluate computes.
     code_hash = files_to_hash([str(module_path(name) / f"{name}.py")])
@@ -55,10 +49,12 @@ def _as_json(value):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
+    """The modules installed by the command (``capeval install-modules``, run here: writing the cache imports none
+    of them and leaves ``sys.path`` alone); the loads that read them run in fresh processes."""
     root = tmp_path_factory.mktemp("install")
     cache, home, cwd = root / "modules", root / "home", root / "elsewhere"
     cwd.mkdir()
-    _install(cache, home)
+    assert main(["install-modules", "--modules-cache", str(cache)]) == 0
     return cache, home, cwd
 
 
@@ -114,7 +110,6 @@ def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(installed
         assert "HEAD /spaces/evaluate-metric/clipscore/resolve/v0.4.6/clipscore.py" in seen, seen
 
 
-@pytest.mark.slow  # the capeval command in a fresh process: about 30 s on 2 shared cores
 def test_the_command_installs_all_six_where_evaluate_looks(installed):
     cache, home, _ = installed
     for name in METRICS:

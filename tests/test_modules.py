@@ -94,22 +94,6 @@ def test_package_helper_loads_modules_from_any_directory(tmp_path, monkeypatch):
         capeval.load("bleu")
 
 
-def test_refclipscore_module_accepts_add_batch(tiny_clip_dir):
-    import numpy as np
-    from PIL import Image
-
-    images = [Image.fromarray(np.full((40, 50, 3), c, dtype=np.uint8)) for c in (10, 128, 250)]
-    preds = ["a dark image", "a grey image", "a white image"]
-    refs = [["black"], ["grey", "gray"], ["white", "bright", "snow"]]
-    metric = capeval.load("refclipscore")
-    metric.add_batch(predictions=preds[:2], references=refs[:2], images=images[:2])
-    metric.add(predictions=preds[2], references=refs[2], images=images[2])
-    batched = metric.compute(model=str(tiny_clip_dir))
-    direct = capeval.RefCLIPScore(model=str(tiny_clip_dir))(preds, references=refs, images=images)
-    assert batched["scores"] == pytest.approx(direct["scores"], abs=1e-7)
-    assert set(batched) == {"refclipscore", "scores", "clip_s", "clip_s_scores", "signature"}
-
-
 def test_module_path_points_at_the_packaged_or_repo_folder():
     assert module_path("clipscore").name == "clipscore"
     assert (module_path("clipscore") / "clipscore.py").is_file()

@@ -92,20 +92,26 @@ def test_the_wheel_stays_under_two_megabytes(dists):
     assert wheel.stat().st_size <= 2_000_000, f"wheel is {wheel.stat().st_size:,} bytes"
 
 
+def _fresh_venv_with(wheel, venv, env) -> tuple[Path, str]:
+    """A fresh venv (no system site-packages) with the wheel installed by pip, and nothing else: this checkout's
+    pip installs into it (``pip --python``), so the venv skips ensurepip's copy of pip. Its python and its
+    site-packages folder."""
+    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    py = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index"]
+    _run([*pip, "--disable-pip-version-check", "-q", wheel], env=env)
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    return py, site
+
+
 def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(dists, tmp_path):
     _, wheel = dists
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", venv])
-    py = venv / "bin" / "python"
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
     env = {**os.environ, **_OFFLINE, "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("PYTHONPATH", None)
-    _run(
-        [py, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q", wheel],
-        env=env,
-    )
+    py, site = _fresh_venv_with(wheel, venv, env)
+    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
+        fh.write(sysconfig.get_paths()["purelib"] + "\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env["HF_EVALUATE_OFFLINE"] = "1"  # evaluate reads only its own variable
@@ -163,12 +169,6 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
 ):
     _, wheel = dists
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", venv])  # no system site-packages
-    py = venv / "bin" / "python"
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    _core_dependencies(tmp_path / "core")
-    with open(os.path.join(site, "capeval_core_dependencies.pth"), "w") as fh:
-        fh.write(str(tmp_path / "core") + "\n")
     env = {
         **os.environ,
         **_OFFLINE,
@@ -176,10 +176,10 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
         "HF_EVALUATE_OFFLINE": "1",
     }
     env.pop("PYTHONPATH", None)
-    _run(
-        [py, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q", wheel],
-        env=env,
-    )
+    py, site = _fresh_venv_with(wheel, venv, env)
+    _core_dependencies(tmp_path / "core")
+    with open(os.path.join(site, "capeval_core_dependencies.pth"), "w") as fh:
+        fh.write(str(tmp_path / "core") + "\n")
     shapes = REPO / "examples" / "shapes"
     script = textwrap.dedent(
         f"""

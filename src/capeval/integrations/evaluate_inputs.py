@@ -21,7 +21,9 @@ accepts every module's inputs (``INPUTS``) and ignores those it does not use, an
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import threading
 
 from capeval.integrations.evaluate_storage import read_stored_video, stored_image, stored_video
@@ -284,8 +286,29 @@ class GuardedMetric:
                     kwargs.setdefault(
                         name, None
                     )  # evaluate needs every declared input; add_batch fills it in
-            options = {**self._load_options, **kwargs}
-            return super().compute(predictions=predictions, references=references, **options)
+            # Checked before evaluate stores the batch: a refused option leaves no half-written cache file whose
+            # lock would make the next compute wait for it (evaluate's one-second timeout) and start another file.
+            shared = {name: value for name, value in kwargs.items() if name in OPTION_RULE_NAMES}
+            options = {**self._load_options, **kwargs, **check_options(**shared)}
+            try:
+                return super().compute(predictions=predictions, references=references, **options)
+            except BaseException:
+                self._drop_read_cache_files()
+                raise
+
+    def _drop_read_cache_files(self) -> None:
+        """After a ``compute`` that raised once evaluate had read its cache files: release their locks and remove
+        them, as evaluate does after a ``_compute`` that returns. Left held, the lock of this metric's default cache
+        file made every later ``compute`` of the metric in the process (of any module object) wait evaluate's
+        one-second timeout for it before taking a file of another name."""
+        if self.writer is not None or self.process_id != 0 or self.buf_writer is not None:
+            return  # evaluate had not read the files yet (their writer is open), or holds them in memory
+        for lock, path in reversed(list(zip(self.filelocks or [], self.file_paths or [], strict=False))):
+            self.data = None
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            lock.release()
+        self.filelocks = None
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
         """evaluate's ``add_batch``, after every input is checked and images stored losslessly."""
