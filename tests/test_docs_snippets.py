@@ -7,7 +7,6 @@ import json
 import os
 import selectors
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,11 +26,11 @@ from docs_snippets import (
     substituted,
     summary,
 )
+from hub_caches import shapes_clip_hub_cache
 
 BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.runs]
 TIMEOUT_S = 300  # one block; the whole page set takes about two minutes on 2 cores
-HUB_COMMIT = "0" * 40  # the stand-in cache's revision of openai/clip-vit-base-patch32
 SHELL_SYNTAX = set("|&;<>()$`*?[]{}~=")
 
 
@@ -72,17 +71,6 @@ class Worker:
         self.answers.close()
 
 
-def _hub_cache(root: Path) -> Path:
-    """A Hugging Face cache in huggingface_hub's layout where openai/clip-vit-base-patch32 is the shapes CLIP."""
-    from capeval.shapes import shapes_clip_path
-
-    repo = root / "hub" / "models--openai--clip-vit-base-patch32"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(HUB_COMMIT)
-    shutil.copytree(shapes_clip_path(), repo / "snapshots" / HUB_COMMIT)
-    return root / "hub"
-
-
 class Runner:
     """Sandboxes, the two workers (without and with the stand-in Hub cache) and the shell environment."""
 
@@ -109,7 +97,7 @@ class Runner:
         }
         self.env = {
             False: {**base, "HF_HUB_CACHE": str(empty)},
-            True: {**base, "HF_HUB_CACHE": str(_hub_cache(root))},
+            True: {**base, "HF_HUB_CACHE": str(shapes_clip_hub_cache(root))},
         }
         self.workers: dict[bool, Worker] = {}
         self.sandboxes: dict[str, Path] = {}

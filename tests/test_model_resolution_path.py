@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import shutil
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_caches import shapes_clip_hub_cache
 
 import capeval
 from capeval import CLIPScore
@@ -29,7 +29,6 @@ from capeval.shapes import shapes_clip_path
 
 PACKAGE = os.path.dirname(capeval.__file__) + os.sep
 HUB_ID = "openai/clip-vit-base-patch32"
-HUB_COMMIT = "0123456789" * 4
 
 # Every clip module imported now, so that no module's first import shows up in a trace.
 for _module in pkgutil.walk_packages(capeval.clip.__path__, "capeval.clip."):
@@ -146,15 +145,6 @@ def _longclip_file(root: Path) -> str:
     return f"longclip:{folder / 'longclip-B.pt'}"
 
 
-def _hub_cache(root: Path) -> Path:
-    """A Hugging Face cache in huggingface_hub's layout where openai/clip-vit-base-patch32 is the shapes CLIP."""
-    repo = root / "hub" / "models--openai--clip-vit-base-patch32"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(HUB_COMMIT)
-    shutil.copytree(shapes_clip_path(), repo / "snapshots" / HUB_COMMIT)
-    return root / "hub"
-
-
 def _shapes_objects():
     from transformers import CLIPModel, CLIPProcessor
 
@@ -202,7 +192,7 @@ def models(tmp_path_factory):
             built[form] = builders[form]()
         return built[form]
 
-    model.hub_cache = _hub_cache(root)
+    model.hub_cache = shapes_clip_hub_cache(root)
     # Once untraced: transformers imports its CLIP classes on first use, which is no part of the path and, traced,
     # costs seconds.
     CLIPScore(model=str(shapes_clip_path()), device="cpu")
