@@ -303,8 +303,8 @@ class GuardedMetric:
         one-second timeout for it before taking a file of another name."""
         if self.writer is not None or self.process_id != 0 or self.buf_writer is not None:
             return  # evaluate had not read the files yet (their writer is open), or holds them in memory
+        self.data = None  # the dataset over the files, which are about to go
         for lock, path in reversed(list(zip(self.filelocks or [], self.file_paths or [], strict=False))):
-            self.data = None
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
             lock.release()
