@@ -2,8 +2,8 @@
 
 Each mutation replaces one exact piece of one source line in a temporary copy of ``src/`` and runs only the tests
 that concern it (``pytest -x -q <node ids>`` with capeval imported from the copy, in a child forked from this
-process once the heavy libraries are loaded: Linux). A mutation the tests do
-not fail on "survived"; an original text no longer found in its file is "stale" (the list must follow the code).
+process once the heavy libraries are loaded: Linux; one child per core at a time, each in its own copy). A
+mutation the tests do not fail on "survived"; an original text no longer found in its file is "stale" (the list must follow the code).
 The tests of every mutation first run once on the unmutated copy, so a kill is never a test that fails anyway
 (``--no-baseline`` skips that where the suite runs them anyway: tests/test_mutation_check.py).
 
@@ -335,94 +335,134 @@ def _drop_bytecode(source: Path) -> None:
     Path(importlib.util.cache_from_source(str(source))).unlink(missing_ok=True)
 
 
-def _pytest(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
-    """``pytest -x -q <tests>`` with capeval imported from ``src``, in a child forked from this process; the exit
-    code (-1 when it ran past ``timeout`` seconds and was killed) and its last line of output."""
-    with tempfile.TemporaryFile() as out:
-        pid = os.fork()
-        if pid == 0:  # the child: capeval and the tests' own modules are imported here, afresh
-            code = 3
-            try:
-                os.dup2(out.fileno(), 1)
-                os.dup2(out.fileno(), 2)
-                sys.path[:0] = [
-                    str(src),
-                    str(REPO),
-                ]  # as `python -m pytest` from the repository: tests.* imports
-                os.environ["PYTHONPATH"] = str(src)  # for the processes a test starts
-                os.chdir(REPO)
-                import pytest
+def _fork_pytest(src: Path, tests: tuple[str, ...], out) -> int:
+    """Fork a child that runs ``pytest -x -q <tests>`` with capeval imported from ``src``, writing to ``out``; its
+    pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: capeval and the tests' own modules are imported here, afresh
+        code = 3
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            sys.path[:0] = [str(src), str(REPO)]  # as `python -m pytest` from the repository: tests.* imports
+            os.environ["PYTHONPATH"] = str(src)  # for the processes a test starts
+            os.chdir(REPO)
+            import pytest
 
-                code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]))
-            except BaseException:
-                import traceback
+            code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]))
+        except BaseException:
+            import traceback
 
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        deadline = time.monotonic() + timeout
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+
+def _last_line(out) -> str:
+    out.seek(0)
+    lines = [line for line in out.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class _Child:
+    """A forked pytest run: which mutation (None for the baseline), in which copy of src/, since when."""
+
+    mutation: Mutation | None
+    src: Path
+    out: object
+    start: float
+    deadline: float
+    restore: tuple[Path, str] | None  # the mutated file and its original text
+
+
+def _wait_any(children: dict[int, _Child]) -> tuple[_Child, int, str]:
+    """Wait for one child to end, killing any that runs past its deadline; that child, its exit code (-1 when
+    killed) and its last line of output."""
+    while True:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid in children:
+            child = children.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            return child, code, _last_line(child.out)
+        now = time.monotonic()
+        for pid, child in list(children.items()):
+            if now > child.deadline:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                return -1, "timed out"
-            time.sleep(0.05)
-        out.seek(0)
-        lines = [line for line in out.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    return os.waitstatus_to_exitcode(status), lines[-1] if lines else ""
+                return children.pop(pid), -1, "timed out"
+        time.sleep(0.05)
 
 
 def run(
-    mutations: tuple[Mutation, ...], timeout: float = 300, baseline: bool = True
+    mutations: tuple[Mutation, ...], timeout: float = 300, baseline: bool = True, jobs: int = 1
 ) -> list[tuple[Mutation, str, float, str]]:
-    """Apply each mutation in a temporary copy of src/ and run its tests; one row per mutation."""
-    rows = []
+    """Apply each mutation in a temporary copy of src/ and run its tests, ``jobs`` mutations at a time (one copy
+    of src/ each); one row per mutation, in the order given."""
+    rows: dict[str, tuple[Mutation, str, float, str]] = {}
     _preload()
     with tempfile.TemporaryDirectory(prefix="capeval-mutation-") as tmp:
-        src = _copy_src(Path(tmp))
-        origin = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import importlib.util; print(importlib.util.find_spec('capeval').origin)",
-            ],
-            env={**os.environ, "PYTHONPATH": str(src)},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        if not origin.startswith(str(src)):
-            raise SystemExit(f"the copy is not the capeval that runs: {origin}")
+        copies = [_copy_src(Path(tmp) / str(i)) for i in range(max(1, jobs))]
+        for src in copies:
+            origin = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import importlib.util; print(importlib.util.find_spec('capeval').origin)",
+                ],
+                env={**os.environ, "PYTHONPATH": str(src)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            if not origin.startswith(str(src)):
+                raise SystemExit(f"the copy is not the capeval that runs: {origin}")
+        children: dict[int, _Child] = {}
         if baseline:
-            code, tail = _pytest(
-                src, tuple(dict.fromkeys(t for m in mutations for t in m.tests)), 4 * timeout
-            )
+            with tempfile.TemporaryFile() as out:
+                every = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
+                now = time.monotonic()
+                children[_fork_pytest(copies[0], every, out)] = _Child(
+                    None, copies[0], out, now, now + 4 * timeout, None
+                )
+                _, code, tail = _wait_any(children)
             if code != 0:
                 raise SystemExit(f"the tests fail without any mutation ({tail}); fix them first")
-        for m in mutations:
-            target = src / "capeval" / m.path
-            text = target.read_text(encoding="utf-8")
-            count = text.count(m.original)
-            if count != 1:
-                rows.append((m, "stale", 0.0, f"original found {count} times in src/capeval/{m.path}"))
-                continue
-            start = time.perf_counter()
-            try:
+        pending = list(mutations)
+        free = list(copies)
+        while pending or children:
+            while pending and free:
+                m = pending.pop(0)
+                target = free[-1] / "capeval" / m.path
+                text = target.read_text(encoding="utf-8")
+                count = text.count(m.original)
+                if count != 1:
+                    rows[m.name] = (m, "stale", 0.0, f"original found {count} times in src/capeval/{m.path}")
+                    continue
+                src = free.pop()
                 target.write_text(text.replace(m.original, m.replacement), encoding="utf-8")
                 _drop_bytecode(target)
-                code, tail = _pytest(src, m.tests, timeout)
-            finally:
-                target.write_text(text, encoding="utf-8")
-                _drop_bytecode(target)
+                out = tempfile.TemporaryFile()
+                now = time.monotonic()
+                children[_fork_pytest(src, m.tests, out)] = _Child(
+                    m, src, out, now, now + timeout, (target, text)
+                )
+            if not children:
+                break
+            child, code, tail = _wait_any(children)
+            child.out.close()
+            target, text = child.restore
+            target.write_text(text, encoding="utf-8")
+            _drop_bytecode(target)
+            free.append(child.src)
+            m, seconds = child.mutation, time.monotonic() - child.start
             status = "killed" if code not in (0, 5) else "survived"
-            rows.append((m, status, time.perf_counter() - start, tail))
-            print(f"{status:9} {time.perf_counter() - start:6.1f}s  {m.name}: {tail}", flush=True)
-    return rows
+            rows[m.name] = (m, status, seconds, tail)
+            print(f"{status:9} {seconds:6.1f}s  {m.name}: {tail}", flush=True)
+    return [rows[m.name] for m in mutations]
 
 
 def table(rows) -> str:
@@ -443,6 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutation")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="mutations tested at a time, each in its own copy of src/ (default: one per core)",
+    )
+    parser.add_argument(
         "--no-baseline",
         action="store_true",
         help="skip the unmutated run of the tests (when the suite runs them anyway, as in CI)",
@@ -455,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table([(m, "-", 0.0, "") for m in chosen]))
         return 0
     start = time.perf_counter()
-    rows = run(chosen, timeout=args.timeout, baseline=not args.no_baseline)
+    rows = run(chosen, timeout=args.timeout, baseline=not args.no_baseline, jobs=args.jobs)
     print()
     print(table(rows))
     bad = [(m.name, status, tail) for m, status, _, tail in rows if status != "killed"]
