@@ -64,9 +64,9 @@ def fresh_backbones():
     module asks for it for each of its tests with ``pytestmark = pytest.mark.usefixtures("fresh_backbones")``)."""
     from capeval.clip.backbones import clear_cache
 
-    clear_cache()
+    clear_cache(tokenizers=False)
     yield
-    clear_cache()
+    clear_cache(tokenizers=False)
 
 
 @pytest.fixture(scope="module")

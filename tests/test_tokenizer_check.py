@@ -1,7 +1,7 @@
 """A model without a working CLIP tokenizer is refused by name when its backbone loads
 (capeval.clip.tokenizer_check): tokenizer files missing, a vocabulary without merges, a Hub snapshot without
 them, another family's tokenizer, or an end-of-text the text tower does not pool at; the OpenAI configs' legacy
-eos_token_id still loads."""
+eos_token_id still loads. A process reads the tokenizer of one content of tokenizer files once."""
 
 from __future__ import annotations
 
@@ -118,3 +118,61 @@ def test_legacy_eos_token_id_2_of_the_openai_configs_still_loads(tiny_clip_dir, 
     backbone = load_backbone(str(folder), device="cpu")
     assert backbone.model.config.text_config.eos_token_id == 2
     assert backbone.tokenizer.eos_token_id == 49407
+
+
+# ---- A tokenizer is read once per content of its files
+
+
+def _counting_reads(monkeypatch) -> list[str]:
+    from transformers import AutoTokenizer
+
+    reads = []
+    original = AutoTokenizer.from_pretrained.__func__
+
+    def counted(cls, path, *args, **kwargs):
+        reads.append(str(path))
+        return original(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(counted))
+    return reads
+
+
+def test_models_with_the_same_tokenizer_files_share_one_tokenizer_read_once(
+    tiny_clip_dir, tiny_clip_dir_b, monkeypatch
+):
+    from capeval.clip.backbones import clear_cache, load_backbone
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tiny_clip_dir / name).read_bytes() == (tiny_clip_dir_b / name).read_bytes()
+    clear_cache()
+    reads = _counting_reads(monkeypatch)
+    a = load_backbone(str(tiny_clip_dir), device="cpu")
+    b = load_backbone(str(tiny_clip_dir_b), device="cpu")
+    assert a.model is not b.model and a.image_size != b.image_size
+    assert b.tokenizer is a.tokenizer
+    assert reads == [str(tiny_clip_dir)]
+
+
+def test_an_edited_tokenizer_file_is_read_afresh(tiny_clip_dir, tmp_path, monkeypatch):
+    from capeval.clip.backbones import load_backbone
+
+    folder = _folder_copy(tiny_clip_dir, tmp_path, "edited")
+    _edit_json(folder / "tokenizer_config.json", lambda data: data.update(model_max_length=9))
+    reads = _counting_reads(monkeypatch)
+    original = load_backbone(str(tiny_clip_dir), device="cpu").tokenizer
+    edited = load_backbone(str(folder), device="cpu").tokenizer
+    assert (original.model_max_length, edited.model_max_length) == (77, 9)
+    assert reads == [str(tiny_clip_dir), str(folder)]
+
+
+def test_clear_cache_forgets_the_tokenizers_unless_asked_to_keep_them(tiny_clip_dir, monkeypatch):
+    from capeval.clip.backbones import clear_cache, load_backbone
+
+    clear_cache()
+    reads = _counting_reads(monkeypatch)
+    first = load_backbone(str(tiny_clip_dir), device="cpu").tokenizer
+    clear_cache(tokenizers=False)
+    assert load_backbone(str(tiny_clip_dir), device="cpu").tokenizer is first
+    clear_cache()
+    assert load_backbone(str(tiny_clip_dir), device="cpu").tokenizer is not first
+    assert reads == [str(tiny_clip_dir)] * 2

@@ -37,7 +37,7 @@ from capeval.clip.model_sources import (  # model_unavailable: re-exported, call
     find_model,
     model_unavailable,  # noqa: F401
 )
-from capeval.clip.tokenizer_check import checked_tokenizer
+from capeval.clip.tokenizer_check import checked_tokenizer, forget_read_tokenizers
 
 DEFAULT_MODEL = "openai/clip-vit-base-patch32"  # Hessel et al. 2021 report CLIP-S with ViT-B/32
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -439,7 +439,10 @@ def _damaged_weights(folder: Path, err: Exception) -> ValueError | None:
     return None
 
 
-def clear_cache() -> None:
-    """Forget every loaded backbone (tests, or to free memory)."""
+def clear_cache(tokenizers: bool = True) -> None:
+    """Forget every loaded backbone (tests, or to free memory), and the tokenizers read for them unless
+    ``tokenizers`` is False (a tokenizer is only read, so tests that must share no backbone may share it)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+    if tokenizers:
+        forget_read_tokenizers()

@@ -6,10 +6,16 @@ embeds the same and scores the same. A tokenizer from another model (BERT, GPT-2
 as other words, or no end-of-text at the position the tower pools. Each of these is refused here, by name, when
 the backbone is loaded. What a working tokenizer decides, the text length a caption may use and whether capeval
 lower-cases captions first, is read with it: every way a model is named asks ``checked_tokenizer`` once.
+
+A CLIP folder's tokenizer is read once per process for each distinct content of its tokenizer files: checkpoints
+fine-tuned from one base ship the same files, and building transformers' CLIP tokenizer costs far more than hashing
+them. An edited file is other content, so it is read afresh.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +32,18 @@ PROBE = "a photo depicts a dog running on the beach"
 # end-of-text is the largest id; any other value pools at the first position holding that id.
 LEGACY_EOS_ID = 2
 _UNBOUNDED = 10**6  # tokenizers without a stated length report ~1e30 as model_max_length
+# Every file AutoTokenizer reads from a CLIP folder; the model type (from config.json) picks the class when
+# tokenizer_config.json names none.
+TOKENIZER_INPUTS = (
+    FAST_FILE,
+    *BPE_FILES,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
+
+_READ: dict[str, object] = {}
+_READ_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -70,7 +88,10 @@ def checked_tokenizer(
     """
     if family.is_clip and folder is not None and not hub:
         _refuse_missing_files(folder, where, hub)
-    tokenizer = read()
+    if family.is_clip and folder is not None and not missing_tokenizer_files(folder):
+        tokenizer = _read_once(read, folder, config)
+    else:  # a snapshot whose files reading downloads, another family's files, or a tokenizer given as an object
+        tokenizer = read()
     if family.is_clip:
         if folder is not None:
             _refuse_missing_files(folder, where, hub)
@@ -78,6 +99,30 @@ def checked_tokenizer(
     else:
         check_tokenizer(family, tokenizer, config.text_config, where)
     return TextSettings(tokenizer, context_length(family, tokenizer, config), lower_cases(family, tokenizer))
+
+
+def _read_once(read: Callable[[], object], folder: Path, config) -> object:
+    """``read()``'s tokenizer, or the one an earlier call read from files of the same content."""
+    digest = hashlib.sha256(f"model_type={config.model_type}".encode())
+    for name in TOKENIZER_INPUTS:
+        path = folder / name
+        if path.is_file():
+            data = path.read_bytes()
+            digest.update(f"\0{name}\0{len(data)}\0".encode())
+            digest.update(data)
+    key = digest.hexdigest()
+    with _READ_LOCK:
+        if key in _READ:
+            return _READ[key]
+    tokenizer = read()
+    with _READ_LOCK:
+        return _READ.setdefault(key, tokenizer)
+
+
+def forget_read_tokenizers() -> None:
+    """Forget the tokenizers read from folders (with the loaded backbones, to free memory)."""
+    with _READ_LOCK:
+        _READ.clear()
 
 
 def _refuse_missing_files(folder: Path, where: str, hub: bool) -> None:
