@@ -50,9 +50,11 @@ print("rows", result.summary["rows"])
 
 
 class _HoldingRun:
-    """Another process running ``score_corpus`` on ``out``, paused once it holds the folder."""
+    """Another process running ``score_corpus`` on ``out``, paused once it holds the folder (started when made;
+    ``wait_until_holding`` waits for it to hold the folder)."""
 
     def __init__(self, tmp_path: Path, corpus: Path, out: Path, model: str) -> None:
+        self.tmp_path, self.out = tmp_path, out
         script = tmp_path / "holder.py"
         script.write_text(HOLDER_SCRIPT)
         self.started, self.release = tmp_path / "started", tmp_path / "release"
@@ -67,9 +69,11 @@ class _HoldingRun:
             [sys.executable, str(script), str(corpus), str(out), model, str(self.started), str(self.release)],
             stdout=self.log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
+
+    def wait_until_holding(self) -> None:
         deadline = time.time() + 300
         while not self.started.exists():
-            assert self.proc.poll() is None, (tmp_path / "holder.log").read_text()[-3000:]
+            assert self.proc.poll() is None, (self.tmp_path / "holder.log").read_text()[-3000:]
             assert time.time() < deadline, "the holding run never started"
             time.sleep(0.05)
 
@@ -87,20 +91,27 @@ class _HoldingRun:
         return code, Path(self.log.name).read_text()
 
 
-@pytest.fixture
-def holding_run(finished_run, tmp_path, tiny_clip_dir):
+@pytest.fixture(scope="module")
+def holding_runs(finished_run, tmp_path_factory, tiny_clip_dir):
+    """Two holding runs, each on an output folder of its own, for the two tests below (one lets its run finish, the
+    other kills it): started together, so that their start-ups (a Python, torch and the model each) overlap."""
     corpus = finished_run[0]
-    holder = _HoldingRun(tmp_path, corpus, tmp_path / "out", str(tiny_clip_dir))
-    yield holder
-    if holder.proc.poll() is None:
-        holder.kill()
+    folders = [tmp_path_factory.mktemp("held") for _ in ("refused", "killed")]
+    holders = [_HoldingRun(folder, corpus, folder / "out", str(tiny_clip_dir)) for folder in folders]
+    for holder in holders:
+        holder.wait_until_holding()
+    yield dict(zip(("refused", "killed"), holders, strict=True))
+    for holder in holders:
+        if holder.proc.poll() is None:
+            holder.kill()
 
 
 def test_a_second_run_on_a_held_folder_is_refused_in_python_and_on_the_command_line(
-    finished_run, holding_run, tmp_path, capsys
+    finished_run, holding_runs, capsys
 ):
     corpus, reference, options, _ = finished_run
-    out = tmp_path / "out"
+    holding_run = holding_runs["refused"]
+    out = holding_run.out
     pid = holding_run.started.read_text()
     with pytest.raises(
         FolderInUseError, match=f"another run holds the output folder {re.escape(str(out))} \\(process {pid} "
@@ -119,9 +130,10 @@ def test_a_second_run_on_a_held_folder_is_refused_in_python_and_on_the_command_l
     assert again.summary["shards_scored_now"] == 0
 
 
-def test_a_killed_run_leaves_no_lock_behind(finished_run, holding_run, tmp_path):
+def test_a_killed_run_leaves_no_lock_behind(finished_run, holding_runs):
     corpus, reference, options, _ = finished_run
-    out = tmp_path / "out"
+    holding_run = holding_runs["killed"]
+    out = holding_run.out
     assert holding_run.kill() == -signal.SIGKILL
     assert (out / "run.lock").exists()  # the file stays; the OS lock went with the process
     result = score_corpus(corpus, out, **options)
