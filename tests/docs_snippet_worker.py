@@ -3,16 +3,21 @@
 Sharing a process keeps the models a block loads (cached by signature) for the next block, as a notebook would,
 while each block gets a namespace and a folder of its own. Requests are JSON lines on stdin; each answer is one
 JSON line on the file descriptor given as the first argument (everything the blocks print goes to their
-captured stdout or to stderr, never into the answers).
+captured stdout or to stderr, never into the answers). The further arguments are modules imported before the
+first request (what the blocks of this process import anyway), so that a worker started ahead of its first
+block loads them while the other worker runs.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import doctest
+import importlib
 import io
 import json
 import os
+import runpy
 import sys
 import traceback
 
@@ -72,16 +77,35 @@ def run_doctest(request: dict) -> dict:
 
 
 def run_cli(request: dict) -> dict:
-    from capeval.cli import main
-
+    """``capeval ARGS`` through the entry point (``capeval.cli.main``), ``python -m MODULE ARGS`` and
+    ``python FILE ARGS`` as the interpreter runs them: ``__main__``, ``sys.argv`` and (a file) its folder first
+    on ``sys.path``."""
+    argv = request["argv"]
+    kind = request.get("kind", "capeval")
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            rc = main(request["argv"])
+            if kind == "capeval":
+                from capeval.cli import main
+
+                rc = main(argv)
+            elif kind == "module":
+                sys.argv = ["-m", *argv[1:]]  # run_module puts the module's file in sys.argv[0]
+                sys.path.insert(0, os.getcwd())
+                runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+                rc = 0
+            else:
+                sys.argv = list(argv)
+                sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+                runpy.run_path(argv[0], run_name="__main__")
+                rc = 0
     except SystemExit as stop:
-        rc = stop.code if isinstance(stop.code, int) else 1
+        rc = stop.code if isinstance(stop.code, int) or stop.code is None else 1
     except BaseException:  # noqa: B036
         return {"stdout": out.getvalue(), "error": traceback.format_exc(), "rc": 1}
+    finally:
+        sys.argv[:], sys.path[:] = saved_argv, saved_path
     return {"stdout": out.getvalue(), "error": None, "rc": rc or 0}
 
 
@@ -103,4 +127,11 @@ def serve(answer_fd: int) -> None:
 if __name__ == "__main__":
     fd = int(sys.argv[1])
     os.dup2(2, 1)  # anything written to fd 1 by a library goes to stderr
+    for module in sys.argv[2:]:
+        importlib.import_module(module)
     serve(fd)
+    # Stdin closed: the exit handlers (temporary folders, child processes) run, but not the interpreter's
+    # teardown of every module, which takes seconds once torch and evaluate are loaded and changes nothing.
+    atexit._run_exitfuncs()
+    sys.stderr.flush()
+    os._exit(0)

@@ -32,6 +32,9 @@ BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.runs]
 TIMEOUT_S = 300  # one block; the whole page set takes about two minutes on 2 cores
 SHELL_SYNTAX = set("|&;<>()$`*?[]{}~=")
+# What every worker imports before its first block: what the blocks of both import anyway (torch, the CLIP
+# classes, evaluate and the capeval modules over them).
+PRELOAD = ("torch", "transformers.models.clip.modeling_clip", "evaluate", "capeval.clipscore")
 
 
 class Worker:
@@ -40,7 +43,12 @@ class Worker:
     def __init__(self, env: dict[str, str]):
         read_fd, write_fd = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("docs_snippet_worker.py")), str(write_fd)],
+            [
+                sys.executable,
+                str(Path(__file__).with_name("docs_snippet_worker.py")),
+                str(write_fd),
+                *PRELOAD,
+            ],
             stdin=subprocess.PIPE,
             env=env,
             pass_fds=(write_fd,),
@@ -62,8 +70,13 @@ class Worker:
             pytest.fail(f"{request['name']}: the worker died (exit {self.proc.wait()})")
         return json.loads(line)
 
+    def stop(self) -> None:
+        """Close its stdin: it ends after the request it is running (``close`` waits for that)."""
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stop()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -121,7 +134,14 @@ class Runner:
         self.sandboxes[block.id] = folder
         return folder
 
+    def start(self) -> None:
+        """Both workers at once: the one whose first block comes later loads its modules meanwhile."""
+        for hub in (False, True):
+            self.worker(hub)
+
     def close(self) -> None:
+        for worker in self.workers.values():  # both end at once
+            worker.stop()
         for worker in self.workers.values():
             worker.close()
 
@@ -129,6 +149,7 @@ class Runner:
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
     runner = Runner(tmp_path_factory.mktemp("docs-snippets"))
+    runner.start()
     yield runner
     runner.close()
 
@@ -170,21 +191,104 @@ def _run_python(runner: Runner, block: Block, code: str, folder: Path) -> None:
     _check_output(block, answer["stdout"])
 
 
-def _is_plain_capeval(command: str) -> bool:
-    """A bare ``capeval ...`` command with no shell syntax outside quotes: run in the worker, as the entry point
-    would run it (``capeval.cli.main``), sparing a process start per command."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    words = list(lexer)
-    return bool(words) and words[0] == "capeval" and not any(set(w) <= SHELL_SYNTAX for w in words)
+def _unquoted(command: str) -> list[tuple[str, bool]]:
+    """Each character of a command line with whether the shell reads it as syntax: outside quotes, or ``$`` and
+    a backquote inside double quotes (they still expand there)."""
+    out, quote, escaped = [], None, False
+    for ch in command:
+        if escaped:
+            out.append((ch, False))
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            out.append((ch, False))
+            escaped = True
+        elif quote is None and ch in "'\"":
+            out.append((ch, False))
+            quote = ch
+        elif ch == quote:
+            out.append((ch, False))
+            quote = None
+        else:
+            out.append((ch, quote is None or (quote == '"' and ch in "$`")))
+    return out
 
 
-def _shell(runner: Runner, block: Block, script: str, folder: Path) -> str:
+def _worker_request(command: str) -> dict | None:
+    """The worker's request for a simple command (no shell syntax: no pipe, redirection, expansion, variable or
+    glob) that starts a Python program: ``capeval ...`` (through the entry point, ``capeval.cli.main``),
+    ``python -m MODULE ...`` or ``python FILE ...``. The worker runs it as the interpreter would, sparing a
+    process start and the imports per command. None for any other command: ``bash`` runs it."""
+    if any(syntax and ch in SHELL_SYNTAX - {"="} | {"#"} for ch, syntax in _unquoted(command)):
+        return None
+    words = shlex.split(command)
+    if not words or "=" in words[0]:
+        return None
+    if words[0] == "capeval":
+        return {"op": "cli", "kind": "capeval", "argv": words[1:]}
+    if words[0] == "python" and len(words) > 2 and words[1] == "-m":
+        return {"op": "cli", "kind": "module", "argv": words[2:]}
+    if words[0] == "python" and len(words) > 1 and not words[1].startswith("-"):
+        return {"op": "cli", "kind": "script", "argv": words[1:]}
+    return None
+
+
+def _pipe_split(command: str) -> tuple[str, str] | None:
+    """``(first command, the rest)`` of a pipeline, split at its first ``|``; None for a command with none."""
+    chars = _unquoted(command)
+    for i, (ch, syntax) in enumerate(chars):
+        if ch == "|" and syntax:
+            if i + 1 < len(chars) and chars[i + 1][0] == "|":
+                return None  # ||: not a pipe
+            return command[:i], command[i + 1 :]
+    return None
+
+
+def _in_worker(runner: Runner, block: Block, command: str, folder: Path) -> str:
+    request = _worker_request(command)
+    answer = runner.worker("hub-model" in block.markers).ask(
+        {**request, "cwd": str(folder), "name": block.id}
+    )
+    assert answer["error"] is None and answer["rc"] == 0, (
+        f"{block.id}: `{command}` exited {answer['rc']}:\n{answer['error']}\n{answer['stdout']}"
+    )
+    return answer["stdout"]
+
+
+def _run_command(runner: Runner, block: Block, command: str, folder: Path) -> str:
+    """What one command line prints: a simple Python command in the worker; a pipeline whose first command is
+    one, that command in the worker and the rest in ``bash`` reading what it printed; any other in ``bash``."""
+    if _worker_request(command) is not None:
+        return _in_worker(runner, block, command, folder)
+    piped = _pipe_split(command)
+    if piped is not None and _worker_request(piped[0]) is not None:
+        return _shell(runner, block, piped[1], folder, given=_in_worker(runner, block, piped[0], folder))
+    return _shell(runner, block, command, folder)
+
+
+def _script_lines(script: str) -> list[str] | None:
+    """The commands of a ``bash`` block that is a plain list of commands, one a line (``\\`` continuations joined,
+    comments and blank lines dropped); None when a line is anything else (a loop, a variable, a pipe...)."""
+    lines, pending = [], ""
+    for line in script.splitlines():
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if _worker_request(line) is None:
+            return None
+        lines.append(line)
+    return None if pending else lines
+
+
+def _shell(runner: Runner, block: Block, script: str, folder: Path, given: str = "") -> str:
     env = runner.env["hub-model" in block.markers]
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=folder,
         env=env,
+        input=given,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -196,16 +300,7 @@ def _shell(runner: Runner, block: Block, script: str, folder: Path) -> str:
 def _run_console(runner: Runner, block: Block, code: str, folder: Path) -> None:
     printed_all = []
     for command, expected in console_commands(code):
-        if _is_plain_capeval(command):
-            answer = runner.worker("hub-model" in block.markers).ask(
-                {"op": "cli", "argv": shlex.split(command)[1:], "cwd": str(folder), "name": block.id}
-            )
-            assert answer["error"] is None and answer["rc"] == 0, (
-                f"{block.id}: `{command}` exited {answer['rc']}:\n{answer['error']}\n{answer['stdout']}"
-            )
-            printed = answer["stdout"]
-        else:
-            printed = _shell(runner, block, command, folder)
+        printed = _run_command(runner, block, command, folder)
         if expected.strip():
             assert matches_whole(printed, expected), (
                 f"{block.id}: `{command}` printed:\n{printed}\n--- expected:\n{expected}"
@@ -228,7 +323,12 @@ def test_block_runs_offline_and_prints_what_the_page_shows(runner, block):
     elif block.kind == "console":
         _run_console(runner, block, code, folder)
     else:
-        _check_output(block, _shell(runner, block, code, folder))
+        lines = _script_lines(code)
+        if lines is None:
+            printed = _shell(runner, block, code, folder)
+        else:  # as bash -e runs it: one command after the other, the first failure ends the block
+            printed = "".join(_in_worker(runner, block, line, folder) for line in lines)
+        _check_output(block, printed)
 
 
 def test_every_block_is_run_or_marked_as_not_a_program():

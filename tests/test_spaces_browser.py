@@ -1,8 +1,9 @@
 """The six Spaces in a real browser: Debian's Chromium driven by Playwright.
 
-Each test starts a Space's own ``spaces/<metric>/app.py`` in this process on 127.0.0.1 with the shapes CLIP
-(``CAPEVAL_DEMO_MODEL``; it also serves as the PAC-S checkpoint, a converted transformers folder), uploads
-an example or clicks one, presses Score and checks the numbers shown: with the shapes CLIP the right
+Each test opens a Space's own ``spaces/<metric>/app.py`` in a page of its own; the Space runs in this process on
+127.0.0.1 with the shapes CLIP (``CAPEVAL_DEMO_MODEL``; it also serves as the PAC-S checkpoint, a converted
+transformers folder), started by the first test that opens it and shared by the others, as visitors share a
+Space. A test uploads an example or clicks one, presses Score and checks the numbers shown: with the shapes CLIP the right
 caption of a drawing must be ranked first. A screenshot of each Space goes to
 ``test-output/screenshots/<metric>.png``. One test starts the CLIPScore Space as it runs without the Hub
 (nothing configured, ``HF_HUB_OFFLINE=1``): it must fall back to the shapes CLIP under a visible banner
@@ -59,17 +60,35 @@ def browser(tmp_path_factory):
         context.close()
 
 
-@pytest.fixture
-def space(monkeypatch, browser):
-    """Start ``spaces/<metric>/app.py`` on 127.0.0.1 and open it in a new page."""
+@pytest.fixture(scope="module")
+def shapes_spaces():
+    """``spaces/<metric>/app.py`` with the shapes CLIP configured, each started on 127.0.0.1 when a test first
+    asks for it and running until the module's tests end: ``{metric: url}``."""
     model = str(shapes_clip_path())
-    monkeypatch.setenv("CAPEVAL_DEMO_MODEL", model)
-    monkeypatch.setenv("CAPEVAL_DEMO_CHECKPOINT", model)
-    started = []
-    yield lambda metric: _open_space(browser, metric, started)
-    for demo, page in started:
-        page.close()
+    urls: dict[str, str] = {}
+    demos = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CAPEVAL_DEMO_MODEL", model)
+        patch.setenv("CAPEVAL_DEMO_CHECKPOINT", model)
+
+        def url_of(metric: str) -> str:
+            if metric not in urls:
+                demo, urls[metric] = _start_space(metric)
+                demos.append(demo)
+            return urls[metric]
+
+        yield url_of
+    for demo in demos:
         demo.close()
+
+
+@pytest.fixture
+def space(browser, shapes_spaces):
+    """Open ``spaces/<metric>/app.py`` (with the shapes CLIP) in a new page."""
+    pages = []
+    yield lambda metric: _open_page(browser, shapes_spaces(metric), pages)
+    for page in pages:
+        page.close()
 
 
 @pytest.fixture
@@ -82,18 +101,30 @@ def offline_space(monkeypatch, browser, tmp_path):
     monkeypatch.delenv("CAPEVAL_DEMO_CHECKPOINT", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    started = []
-    yield lambda metric: _open_space(browser, metric, started)
-    for demo, page in started:
+    demos, pages = [], []
+
+    def open_space(metric: str):
+        demo, url = _start_space(metric)
+        demos.append(demo)
+        return _open_page(browser, url, pages)
+
+    yield open_space
+    for page in pages:
         page.close()
+    for demo in demos:
         demo.close()
 
 
-def _open_space(browser, metric: str, started: list):
+def _start_space(metric: str):
+    """Run ``spaces/<metric>/app.py`` as its Space does and serve it on 127.0.0.1: (demo, url)."""
     demo = runpy.run_path(str(REPO / "spaces" / metric / "app.py"), run_name="space")["demo"]
     _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    return demo, url
+
+
+def _open_page(browser, url: str, pages: list):
     page = browser.new_page()
-    started.append((demo, page))
+    pages.append(page)
     page.goto(url)
     page.wait_for_selector("#score-button")
     return page
@@ -102,7 +133,7 @@ def _open_space(browser, metric: str, started: list):
 def _screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), animations="disabled")  # a toast sliding in is shown where it ends
     return path
 
 
@@ -126,7 +157,6 @@ def _expect_message(page, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("[data-testid=toast-body]").filter(has_text=text)).to_be_visible()
-    page.wait_for_timeout(400)  # let the toast finish sliding in before a screenshot
 
 
 def test_clipscore_space_ranks_the_right_caption_of_an_uploaded_example_first(space):

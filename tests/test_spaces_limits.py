@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
+import threading
+import zlib
 
 import gradio as gr
 import httpx
@@ -37,6 +40,25 @@ def demo_model(monkeypatch, tiny_clip_dir):
     return str(tiny_clip_dir)
 
 
+def _black_bilevel_png(path, width: int, height: int):
+    """A PNG of ``width`` x ``height`` black pixels at one bit each, as PIL saves ``Image.new("1", size)``, written
+    row by row: PIL would first hold one byte per pixel (400 MB for 20,000 x 20,000)."""
+    row = b"\0" * (1 + (width + 7) // 8)  # the filter byte, then the packed pixels
+    rows_per_chunk = max(1, 1_000_000 // len(row))
+    packer = zlib.compressobj(9)
+    data = [packer.compress(row * min(rows_per_chunk, height - y)) for y in range(0, height, rows_per_chunk)]
+    data.append(packer.flush())
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # bit depth 1, greyscale
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(data)) + chunk(b"IEND", b"")
+    )
+    return path
+
+
 def test_image_over_the_pixel_limit_is_refused_from_its_header(uploads):
     path = uploads / "huge.png"
     Image.new("L", (6000, 6000)).save(path)  # 36 megapixels in a few kilobytes
@@ -47,8 +69,11 @@ def test_image_over_the_pixel_limit_is_refused_from_its_header(uploads):
 
 
 def test_a_decompression_bomb_beyond_pils_own_limit_is_refused_not_crashed(uploads):
-    path = uploads / "bomb.png"
-    Image.new("1", (20_000, 20_000)).save(path)  # 400 megapixels: PIL itself raises on open
+    path = _black_bilevel_png(
+        uploads / "bomb.png", 20_000, 20_000
+    )  # 400 megapixels: PIL itself raises on open
+    with pytest.raises(Image.DecompressionBombError):
+        Image.open(path)
     with pytest.raises(InputError, match="megapixels"):
         check_image_header(path, DEFAULT_LIMITS)
 
@@ -175,13 +200,16 @@ def test_scoring_errors_reach_the_visitor_as_plain_messages(demo_model, uploads)
         score.fn(str(image), "a caption", "configured", "A photo depicts", 1e6)
 
 
-def _call_api(url: str, data: list) -> tuple[str, str]:
-    """Gradio's HTTP API: post a call to ``score`` and read its event stream; (last event, its data)."""
+def _call_api(url: str, data: list, posted: threading.Event | None = None) -> tuple[str, str]:
+    """Gradio's HTTP API: post a call to ``score`` and read its event stream; (last event, its data).
+    ``posted`` is set once the server has answered the post (queued the call, or refused it)."""
     with httpx.Client(base_url=url, timeout=60) as client:
-        posted = client.post("gradio_api/call/score", json={"data": data})
-        if "event_id" not in posted.json():  # refused before queueing (e.g. the queue is full)
-            return "refused", posted.text
-        text = client.get(f"gradio_api/call/score/{posted.json()['event_id']}").text
+        posted_call = client.post("gradio_api/call/score", json={"data": data})
+        if posted is not None:
+            posted.set()
+        if "event_id" not in posted_call.json():  # refused before queueing (e.g. the queue is full)
+            return "refused", posted_call.text
+        text = client.get(f"gradio_api/call/score/{posted_call.json()['event_id']}").text
     events = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("event:")]
     datas = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("data:")]
     return events[-1], datas[-1]
@@ -233,20 +261,19 @@ def test_the_server_itself_refuses_uploads_over_the_size_limit(demo_model):
 
 
 def test_scoring_runs_one_at_a_time_and_a_full_queue_refuses_more(demo_model, monkeypatch):
-    import threading
-    import time
-
     from capeval.demo.panel import Scored
     from capeval.demo.render import Row
 
     panel = get_panel("clipscore", Limits(concurrency=1, queue_size=1))
     running, peak, lock = [0], [0], threading.Lock()
+    scoring, release = threading.Event(), threading.Event()
 
-    def slow(**kwargs):
+    def slow(**kwargs):  # runs until the test has sent every call
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(1.5)
+        scoring.set()
+        release.wait(timeout=60)
         with lock:
             running[0] -= 1
         return Scored(rows=[Row("a caption", 1.0)], corpus=1.0)
@@ -255,15 +282,27 @@ def test_scoring_runs_one_at_a_time_and_a_full_queue_refuses_more(demo_model, mo
     demo = build_demo(panel, limits=panel.limits)
     _, url, _ = launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     outcomes: list[tuple[str, str]] = []
+    args = [None, "a caption", "configured", "A photo depicts", 2.5]
+
+    def call(posted: threading.Event | None = None) -> threading.Thread:
+        thread = threading.Thread(target=lambda: outcomes.append(_call_api(url, args, posted)))
+        thread.start()
+        return thread
+
     try:
-        args = [None, "a caption", "configured", "A photo depicts", 2.5]
-        threads = [threading.Thread(target=lambda: outcomes.append(_call_api(url, args))) for _ in range(4)]
-        for t in threads:
-            t.start()
-            time.sleep(0.2)
-        for t in threads:
+        first = call()  # runs
+        assert scoring.wait(timeout=60)
+        queued = threading.Event()
+        second = call(queued)  # waits in the queue: it holds one call
+        assert queued.wait(timeout=60)
+        more = [call(), call()]  # while the first runs and the second waits: refused
+        for t in more:
+            t.join(timeout=60)
+        release.set()
+        for t in (first, second, *more):
             t.join(timeout=60)
     finally:
+        release.set()
         demo.close()
     assert peak[0] == 1
     events = [event for event, _ in outcomes]
@@ -291,8 +330,8 @@ def configured_model(monkeypatch, tiny_clip_dir):
 def test_a_1x25000000_strip_within_the_megapixel_limit_is_refused_from_its_header(configured_model, uploads):
     from capeval.demo.uploads import check_image_header
 
-    path = uploads / "strip.png"
-    Image.new("1", (1, 25_000_000)).save(path)  # exactly the 25-megapixel limit, a few kilobytes
+    path = _black_bilevel_png(uploads / "strip.png", 1, 25_000_000)  # exactly the 25-megapixel limit, 49 KB
+    assert Image.open(path).size == (1, 25_000_000)
     assert 1 * 25_000_000 <= DEFAULT_LIMITS.max_image_pixels
     message = r"The image is 1x25000000, an aspect ratio of 25,000,000:1; this demo accepts at most 100:1"
     with pytest.raises(InputError, match=message):

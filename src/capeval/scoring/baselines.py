@@ -95,6 +95,14 @@ class CocoBaseline:
             return _spice_missing()
         return None
 
+    def start(self) -> None:
+        """Start METEOR's Java process now: it spends seconds loading its paraphrase table, which it then does
+        beside the work of the metrics scored before it (a no-op for the other baselines)."""
+        if self.key == "meteor" and self._meteor is None:
+            from pycocoevalcap.meteor.meteor import Meteor
+
+            self._meteor = Meteor()
+
     def __call__(self, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> list[float]:
         return self.corpus_score(predictions, references)[1]
 
@@ -136,10 +144,7 @@ class CocoBaseline:
 
             return Cider().compute_score(gts, res)
         if self.key == "meteor":
-            from pycocoevalcap.meteor.meteor import Meteor
-
-            if self._meteor is None:
-                self._meteor = Meteor()
+            self.start()
             return self._meteor.compute_score(gts, res)
         if self.key == "spice":
             from pycocoevalcap.spice.spice import Spice

@@ -154,6 +154,11 @@ class BenchMetric:
             )
         return scores.tolist()
 
+    def start(self) -> None:
+        """Start what the scorer runs beside this process ahead of its first call: METEOR's Java."""
+        if isinstance(self.fn, CocoBaseline):
+            self.fn.start()
+
     def close(self) -> None:
         closer = getattr(self.fn, "close", None)
         if callable(closer):

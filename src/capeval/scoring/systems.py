@@ -263,6 +263,8 @@ def _score_every_metric(resolved, inputs: _Inputs) -> SystemScores:
     corpus_is_mean: dict[str, bool] = {}
     signatures: dict[str, str] = {}
     image_embeds: dict[int, object] = {}  # id(backbone) -> (N, D) embeddings of the images
+    for metric in resolved:  # METEOR's Java loads its tables meanwhile (score_systems closes it)
+        metric.start()
     # Every model loads (and a bad model option fails) before any image is encoded.
     scorers = {metric.key: _image_backbone_scorer(metric) for metric in resolved}
     for metric in resolved:
