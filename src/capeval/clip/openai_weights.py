@@ -3,8 +3,8 @@ OpenAI's BPE tokenizer read beside the file or from the Hugging Face cache.
 
 A form module (``open_clip_files``, ``longclip_files``) reads its file's tensors, brings them to OpenAI's names
 (Long-CLIP folds its two position tables) and calls ``clip_with_tokenizer`` once, with ``architecture``: the
-function that gives (or refuses) the architecture of the geometry the tensors hold
-(``checkpoints.layout.openai_clip_model``).
+function that gives (or refuses) the architecture of the geometry the tensors hold. The model is built on the meta
+device (``checkpoints.layout.openai_clip_model``): every tensor comes from the file, none is initialised first.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def clip_model(
         if missing:
             raise ValueError(f"{weights} lacks tensors {missing}: not {kind}")
         config = clip_config(arch, sd[_MLP_TENSORS[0]].shape[0], sd[_MLP_TENSORS[1]].shape[0])
-        torch.manual_seed(0)  # every tensor is overwritten; a fixed seed keeps the build itself repeatable
-        return CLIPModel(config)
+        with torch.device("meta"):  # no initialisation: every tensor is set from the file
+            return CLIPModel(config)
 
     return openai_clip_model(sd, empty_model, weights)
 

@@ -194,8 +194,8 @@ def openai_clip_model(
     sd: Mapping[str, torch.Tensor], build: Callable[[ClipGeometry], torch.nn.Module], what: str
 ) -> torch.nn.Module:
     """A whole model from OpenAI/OpenCLIP ViT-CLIP tensors, in one pass: the architecture read from them, the model
-    ``build(geometry)`` makes, then every tensor renamed (``convert_openai_state_dict``) and copied into it
-    (``copy_into``).
+    ``build(geometry)`` makes (a ``CLIPModel`` on the meta device: nothing initialised that the tensors replace),
+    then every tensor renamed (``convert_openai_state_dict``) and set into it, checked as ``copy_into`` checks.
 
     Args:
         sd: the tensors, in OpenAI's names.
@@ -207,7 +207,7 @@ def openai_clip_model(
     """
     geometry = ClipGeometry.from_state_dict(sd, what)
     model = build(geometry)
-    copy_into(model, _renamed(sd, geometry, what), what, check_base=False)
+    _assign_into(model, _renamed(sd, geometry, what), what)
     return model
 
 
@@ -327,6 +327,26 @@ def _check_fit(target: Mapping[str, torch.Tensor], sd: Mapping[str, torch.Tensor
         problems.append(f"{len(shapes)} shape mismatch(es): {shapes[:4]}")
     if problems:
         raise ValueError(f"{what} does not fit the model: " + "; ".join(problems))
+
+
+def _assign_into(model, sd: Mapping[str, torch.Tensor], what: str) -> None:
+    """Set every parameter and buffer of a ``CLIPModel`` built on the meta device from transformers-named tensors,
+    or raise as ``copy_into`` does: each tensor copied into new contiguous memory of the model's dtype (the model
+    then owns its weights, as one loaded by ``copy_into``), position ids made 0..n-1."""
+    target = model.state_dict()
+    _check_fit(target, sd, what)
+
+    def owned(key: str, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.empty(target[key].shape, dtype=target[key].dtype).copy_(tensor)
+
+    model.load_state_dict({k: owned(k, v) for k, v in sd.items()}, strict=True, assign=True)
+    for name, buf in list(model.named_buffers()):
+        if name.endswith("position_ids"):
+            owner, _, leaf = name.rpartition(".")
+            ids = torch.arange(buf.shape[-1], dtype=buf.dtype).expand(buf.shape)
+            setattr(model.get_submodule(owner), leaf, ids)
+        elif name not in target:
+            raise ValueError(f"model buffer {name} is not covered by any checkpoint tensor")
 
 
 def _warn_if_suspicious(model, sd: Mapping[str, torch.Tensor], what: str) -> None:
