@@ -200,12 +200,6 @@ def models(tmp_path_factory):
     return model
 
 
-_FILE_FORMS_BOUNCE = (
-    "a weights file's form module is asked for its source before the backbone cache and for its model after a miss; "
-    "checkpoints/hashes names the file's revision before the cache and checks it is a regular file again when "
-    "checkpoints/files reads it; checkpoints/layout reads the architecture from the tensors before the model is "
-    "built and renames them after"
-)
 FORMS = [
     "transformers folder",
     "Hub id in the local cache",
@@ -213,20 +207,8 @@ FORMS = [
     "(model, tokenizer, image_processor)",
     "(model, tokenizer) of a known origin",
     "SigLIP folder",
-    pytest.param(
-        "OpenCLIP file with its sidecar",
-        marks=pytest.mark.xfail(raises=AssertionError, strict=True, reason=_FILE_FORMS_BOUNCE),
-    ),
-    pytest.param(
-        "Long-CLIP file",
-        marks=pytest.mark.xfail(
-            raises=AssertionError,
-            strict=True,
-            reason=_FILE_FORMS_BOUNCE
-            + "; longclip_files builds with open_clip_files' builder, then reads its "
-            "tokenizer with open_clip_files' reader",
-        ),
-    ),
+    "OpenCLIP file with its sidecar",
+    "Long-CLIP file",
 ]
 
 

@@ -214,10 +214,8 @@ def load_backbone(
         return Backbone(**model_object_fields(model, placement))  # never cached: its weights change
     model = os.fspath(model)
     source = find_model(model)
-    if source.form == "longclip":
-        return _load_longclip(model, placement, checkpoint)
-    if source.form == "open_clip":
-        return _load_open_clip(model, placement, checkpoint)
+    if source.form in ("longclip", "open_clip"):
+        return _load_weights_file(model, source.form, placement, checkpoint)
     # A local folder is named by its own name and (in the revision) its contents, never its path: two clones
     # scoring with the same weights sign alike. The cache key keeps the path.
     local = source.hub_id is None
@@ -241,38 +239,27 @@ def _cached(key: tuple, build: Callable[[], Backbone]) -> Backbone:
         return _CACHE[key]
 
 
-def _load_open_clip(model: str, placement: Placement, checkpoint: str | None) -> Backbone:
-    """An OpenCLIP file (``capeval.clip.open_clip_files``), cached by everything that decides its numbers."""
-    from capeval.clip.checkpoints.hashes import beside_sha256
-    from capeval.clip.open_clip_files import open_clip_fields, resolve_open_clip
-
-    source = resolve_open_clip(model)
-    # The file, and beside it the sidecar and tokenizer files that may be read with it.
-    revision = beside_sha256(source.path)
-    # The source holds the architecture and the tag's preprocessing, which a spec names and the file does not:
-    # one file named under two architectures is two models.
-    key = ("open_clip", source, revision, str(placement.device), placement.dtype, checkpoint)
+def _load_weights_file(model: str, form: str, placement: Placement, checkpoint: str | None) -> Backbone:
+    """An OpenCLIP or Long-CLIP file, asked once of its form module (``open_clip_files``, ``longclip_files``): it
+    resolves the file, names its revision and asks the cache below with everything that decides its numbers, building
+    the backbone's fields on a miss; the model is placed here, as every model this module loads."""
     what = f"model {model!r}"
-    return _cached(
-        key, lambda: _placed(open_clip_fields(source, model, revision, checkpoint), placement, what)
-    )
 
+    def cached(key: tuple, build: Callable[[], dict]) -> Backbone:
+        key = (*key, str(placement.device), placement.dtype)
+        return _cached(key, lambda: _placed(build(), placement, what))
 
-def _load_longclip(model: str, placement: Placement, checkpoint: str | None) -> Backbone:
-    """A Long-CLIP file (``capeval.clip.longclip_files``), cached by the file's and its tokenizer files' hash."""
-    from capeval.clip.checkpoints.hashes import beside_sha256
-    from capeval.clip.longclip_files import longclip_fields, resolve_longclip
+    if form == "longclip":
+        from capeval.clip.longclip_files import longclip_backbone
 
-    if checkpoint is not None:
-        raise ValueError(
-            f"model {model!r} is a whole Long-CLIP model: checkpoint= (PAC-S weights) would replace all of it"
-        )
-    source = resolve_longclip(model)
-    revision = beside_sha256(source.path)
-    key = ("longclip", source, revision, str(placement.device), placement.dtype)
-    return _cached(
-        key, lambda: _placed(longclip_fields(source, model, revision), placement, f"model {model!r}")
-    )
+        if checkpoint is not None:
+            raise ValueError(
+                f"model {model!r} is a whole Long-CLIP model: checkpoint= (PAC-S weights) would replace all of it"
+            )
+        return longclip_backbone(model, cached)
+    from capeval.clip.open_clip_files import open_clip_backbone
+
+    return open_clip_backbone(model, checkpoint, cached)
 
 
 def _placed(fields: dict, placement: Placement, what: str) -> Backbone:

@@ -11,16 +11,25 @@ model), which is why the authors' file is the reference to check a converted fol
 Everything else is OpenAI's CLIP: QuickGELU, LayerNorm eps 1e-5, heads of width 64, OpenAI's BPE (its
 ``simple_tokenizer.py`` is OpenAI's, special tokens included) and OpenAI's image transform (``_transform`` in
 ``model/longclip.py``: bicubic resize of the short side, centre crop, OpenAI's mean and std). Files are read with
-``torch.load(weights_only=True)``: nothing in them can run.
+``torch.load(weights_only=True)``: nothing in them can run. The model and its tokenizer are built as an OpenCLIP
+file's are (``openai_weights``), from the folded tensors.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+from capeval.clip.open_clip_tables import OpenClipArchitecture
+
+if TYPE_CHECKING:
+    from capeval.clip.checkpoints.hashes import RegularFile
+    from capeval.clip.checkpoints.layout import ClipGeometry
 
 SPEC_PREFIX = "longclip:"
 # model_longclip.py: mask1[:20] = 1 (positional_embedding), mask2[20:] = 1 (positional_embedding_res)
@@ -29,6 +38,7 @@ _TENSORS_ONLY_HINT = (
     "Long-CLIP's released files are state dicts of tensors (torch.save(model.state_dict())): use the file as "
     "downloaded from its model zoo, or re-save its state dict from a trusted copy."
 )
+_KIND = "a Long-CLIP ViT state dict"
 
 
 @dataclass(frozen=True)
@@ -80,23 +90,31 @@ def openai_state_dict(sd: dict[str, torch.Tensor], what: str) -> dict[str, torch
     return out
 
 
-def build_longclip_model(source: LongClipSource, what: str):
-    """A ``CLIPModel`` holding the file's weights (architecture read from the tensors, OpenAI's conventions).
+def longclip_backbone(model: str, cached: Callable):
+    """The backbone of a Long-CLIP file: the file resolved (``resolve_longclip``), named by its revision (the file's
+    and its tokenizer files' hash), then asked of the backbone cache, and built on a miss.
+
+    Args:
+        model: the ``model=`` string.
+        cached: ``cached(key, build)``, the backbone cache of ``backbones.load_backbone``: the backbone kept under
+            ``key``, else the one it makes of ``build()``'s fields (``longclip_fields``).
 
     Raises:
-        ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
-            tensors.
+        FileNotFoundError, ValueError: see ``resolve_longclip``, ``checkpoints.hashes.weights_file_revision`` and
+            ``longclip_fields``.
     """
-    from capeval.clip.checkpoints.files import read_finite_state_dict
-    from capeval.clip.checkpoints.layout import HEAD_WIDTH, ClipGeometry
-    from capeval.clip.open_clip_files import clip_model_from_openai_names
-    from capeval.clip.open_clip_tables import OpenClipArchitecture
+    from capeval.clip.checkpoints.hashes import weights_file_revision
 
-    weights = f"weights file {source.path}"
-    sd = read_finite_state_dict(source.path, what, hint=_TENSORS_ONLY_HINT)
-    sd = openai_state_dict(dict(sd), weights)
-    g = ClipGeometry.from_state_dict(sd, weights)
-    arch = OpenClipArchitecture(
+    source = resolve_longclip(model)
+    file = weights_file_revision(source.path)
+    return cached(("longclip", source, file.revision), lambda: longclip_fields(source, file, model))
+
+
+def _architecture(g: ClipGeometry) -> OpenClipArchitecture:
+    """The architecture of the geometry a Long-CLIP file holds: OpenAI's conventions (64-wide heads, QuickGELU)."""
+    from capeval.clip.checkpoints.layout import HEAD_WIDTH
+
+    return OpenClipArchitecture(
         g.embed_dim,
         g.image_size,
         g.patch_size,
@@ -110,29 +128,60 @@ def build_longclip_model(source: LongClipSource, what: str):
         g.vocab_size,
         quick_gelu=True,
     )
-    return clip_model_from_openai_names(sd, arch, weights, "a Long-CLIP ViT state dict")
 
 
-def longclip_fields(source: LongClipSource, model: str, revision: str) -> dict:
+def _openai_tensors(file: Path | RegularFile, source: LongClipSource, what: str) -> dict[str, torch.Tensor]:
+    """The file's tensors, checked finite, its position tables folded (``openai_state_dict``)."""
+    from capeval.clip.checkpoints.files import read_finite_state_dict
+
+    sd = read_finite_state_dict(file, what, hint=_TENSORS_ONLY_HINT)
+    return openai_state_dict(dict(sd), f"weights file {source.path}")
+
+
+def build_longclip_model(source: LongClipSource, what: str):
+    """A ``CLIPModel`` holding the file's weights (architecture read from the tensors, OpenAI's conventions).
+
+    Raises:
+        ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
+            tensors.
+    """
+    from capeval.clip.openai_weights import clip_model
+
+    sd = _openai_tensors(source.path, source, what)
+    return clip_model(sd, _architecture, f"weights file {source.path}", _KIND)
+
+
+def longclip_fields(source: LongClipSource, file: RegularFile, model: str) -> dict:
     """The ``Backbone`` fields of a Long-CLIP file but its device and dtype: the model built and checked, still on the
     CPU in float32 (``load_backbone`` places it, as every model it loads).
+
+    Args:
+        source: the resolved file.
+        file: it, found regular and named by its revision (``checkpoints.hashes.weights_file_revision``).
+        model: the ``model=`` string, as errors name it.
 
     Raises:
         ValueError: see ``build_longclip_model``; no tokenizer (OpenAI's BPE beside the file or in the cache).
     """
     from capeval.clip.families import CLIP
     from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD
-    from capeval.clip.open_clip_files import load_tokenizer
-    from capeval.clip.tokenizer_check import checked_tokenizer
+    from capeval.clip.openai_weights import clip_with_tokenizer
 
     what = f"model {model!r}"
-    clip = build_longclip_model(source, what)
-    text = checked_tokenizer(lambda: load_tokenizer(source, what), CLIP, clip.config, what)
+    clip, text = clip_with_tokenizer(
+        _openai_tensors(file, source, what),
+        _architecture,
+        f"weights file {source.path}",
+        _KIND,
+        family=CLIP,
+        folder=source.path.parent,
+        what=what,
+    )
     return {
         "model": clip,
         "tokenizer": text.tokenizer,
         "model_id": source.model_id,
-        "revision": revision,
+        "revision": file.revision,
         "image_size": clip.config.vision_config.image_size,
         "image_mean": tuple(OPENAI_IMAGE_MEAN),
         "image_std": tuple(OPENAI_IMAGE_STD),

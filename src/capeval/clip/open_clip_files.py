@@ -11,8 +11,8 @@ Two spellings:
 - a plain path to the weights file with open_clip's own ``open_clip_config.json`` beside it (the file
   ``open_clip.push_to_hf_hub`` writes: ``model_cfg`` and ``preprocess_cfg``), as in open_clip's Hub repos.
 
-The tensors are converted by ``checkpoints.layout.convert_openai_state_dict`` (the names OpenAI's and open_clip's
-ViT CLIPs share) after their shapes are checked against the architecture. Configs using what ``CLIPModel`` lacks
+The tensors are built into a ``CLIPModel`` by ``openai_weights`` (the names OpenAI's and open_clip's ViT CLIPs share,
+what Long-CLIP files share too) after their shapes are checked against the architecture. Configs using what ``CLIPModel`` lacks
 (attentional pooling, layer scale, no pre-LayerNorm, timm or Hugging Face towers, custom text) are refused by name.
 Texts go through OpenAI's BPE, as open_clip's default tokenizer: tokenizer files beside the weights, else the
 cached tokenizer of ``openai/clip-vit-base-patch32``, with open_clip's reading of special-token text
@@ -24,20 +24,24 @@ the square in the image's own mode with RGB after it (``image_geometry.Processor
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from capeval.clip.open_clip_tables import (
     ARCHITECTURES,
-    LAYER_NORM_EPS,
     PRETRAINED,
     OpenClipArchitecture,
     PretrainedTag,
     base_name,
     tags_of,
 )
+from capeval.clip.openai_weights import TOKENIZER_SOURCE as OPENAI_TOKENIZER_SOURCE
+from capeval.clip.openai_weights import clip_with_tokenizer
+
+if TYPE_CHECKING:
+    from capeval.clip.checkpoints.hashes import RegularFile
 
 SPEC_PREFIX = "open_clip:"
 CONFIG_FILE = "open_clip_config.json"  # open_clip's hf_hub layout: model_cfg and preprocess_cfg
@@ -46,9 +50,8 @@ _TENSORS_ONLY_HINT = (
     "open_clip saves its weights as a state dict of tensors (model.state_dict()): re-save that from a trusted copy, "
     "or use the safetensors file of its Hub repo."
 )
-TOKENIZER_SOURCE = (
-    "openai/clip-vit-base-patch32"  # OpenAI's BPE, open_clip's default tokenizer for these ViTs
-)
+# OpenAI's BPE, open_clip's default tokenizer for these ViTs: read from the cache when no tokenizer files are beside.
+TOKENIZER_SOURCE = OPENAI_TOKENIZER_SOURCE
 
 
 @dataclass(frozen=True)
@@ -160,54 +163,38 @@ def _from_sidecar(path: Path, sidecar: Path) -> OpenClipSource:
     return OpenClipSource(path, path.parent.name, arch, settings, digest)
 
 
-def clip_config(arch: OpenClipArchitecture, vision_mlp: int, text_mlp: int):
-    """The transformers ``CLIPConfig`` of an architecture (MLP widths from the tensors: open_clip's mlp_ratio)."""
-    from transformers import CLIPConfig
+def open_clip_backbone(model: str, checkpoint: str | None, cached: Callable):
+    """The backbone of an OpenCLIP file: the file resolved (``resolve_open_clip``), named by its revision, then asked
+    of the backbone cache, and built on a miss.
 
-    act = "quick_gelu" if arch.quick_gelu else "gelu"  # open_clip: QuickGELU, else nn.GELU (exact erf)
-    return CLIPConfig(
-        text_config={
-            "vocab_size": arch.vocab_size,
-            "hidden_size": arch.text_width,
-            "intermediate_size": text_mlp,
-            "num_hidden_layers": arch.text_layers,
-            "num_attention_heads": arch.text_heads,
-            "max_position_embeddings": arch.context_length,
-            "hidden_act": act,
-            "layer_norm_eps": LAYER_NORM_EPS,
-            "projection_dim": arch.embed_dim,
-            "bos_token_id": 49406,  # OpenAI's BPE: <|startoftext|>, <|endoftext|> (pooled: open_clip's argmax)
-            "eos_token_id": 49407,
-        },
-        vision_config={
-            "hidden_size": arch.vision_width,
-            "intermediate_size": vision_mlp,
-            "num_hidden_layers": arch.vision_layers,
-            "num_attention_heads": arch.vision_heads,
-            "image_size": arch.image_size,
-            "patch_size": arch.patch_size,
-            "hidden_act": act,
-            "layer_norm_eps": LAYER_NORM_EPS,
-            "projection_dim": arch.embed_dim,
-        },
-        projection_dim=arch.embed_dim,
-    )
-
-
-def build_open_clip_model(source: OpenClipSource, what: str):
-    """A ``CLIPModel`` holding the file's weights, after its shapes are checked against the architecture.
+    Args:
+        model: the ``model=`` string.
+        checkpoint: PAC-S weights loaded over it, or ``None``.
+        cached: ``cached(key, build)``, the backbone cache of ``backbones.load_backbone``: the backbone kept under
+            ``key`` (everything of the file that decides its numbers), else the one it makes of ``build()``'s fields
+            (``open_clip_fields``).
 
     Raises:
-        ValueError: unreadable or unsafe file, NaN/inf weights, a shape that differs from the architecture (named),
-            missing or unused tensors.
+        FileNotFoundError, ValueError: see ``resolve_open_clip``, ``checkpoints.hashes.weights_file_revision`` and
+            ``open_clip_fields``.
     """
-    from capeval.clip.checkpoints.files import read_finite_state_dict
+    from capeval.clip.checkpoints.hashes import weights_file_revision
+
+    source = resolve_open_clip(model)
+    # The file, and beside it the sidecar and tokenizer files that may be read with it.
+    file = weights_file_revision(source.path)
+    # The source holds the architecture and the tag's preprocessing, which a spec names and the file does not:
+    # one file named under two architectures is two models.
+    key = ("open_clip", source, file.revision, checkpoint)
+    return cached(key, lambda: open_clip_fields(source, file, model, checkpoint))
+
+
+def _fitting_architecture(source: OpenClipSource, what: str) -> Callable:
+    """The architecture of ``source``, for ``openai_weights.clip_model``: refused (naming every difference) when the
+    geometry the file's tensors hold is not the architecture's."""
     from capeval.clip.checkpoints.layout import ClipGeometry
 
-    weights = f"weights file {source.path}"
-    sd = read_finite_state_dict(source.path, what, hint=_TENSORS_ONLY_HINT)
     arch = source.architecture
-    have = ClipGeometry.from_state_dict(sd, weights)
     want = ClipGeometry(
         arch.vision_width,
         arch.vision_layers,
@@ -219,85 +206,49 @@ def build_open_clip_model(source: OpenClipSource, what: str):
         arch.vocab_size,
         arch.embed_dim,
     )
-    if have != want:
-        raise ValueError(
-            f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "
-            f"architecture): {', '.join(have.differences(want))}"
-        )
-    return clip_model_from_openai_names(sd, arch, weights, "an OpenCLIP ViT state dict")
+
+    def architecture(have) -> OpenClipArchitecture:
+        if have != want:
+            raise ValueError(
+                f"{what} holds a {have.describe()}, not {source.name}'s {want.describe()}; differences (file vs "
+                f"architecture): {', '.join(have.differences(want))}"
+            )
+        return arch
+
+    return architecture
 
 
-def clip_model_from_openai_names(sd, arch: OpenClipArchitecture, weights: str, kind: str):
-    """A ``CLIPModel`` of ``arch`` holding ``sd``, tensors in OpenAI's names (OpenCLIP and Long-CLIP files);
-    ``weights`` names the file and ``kind`` what it should be, in errors.
-
-    Raises:
-        ValueError: the MLP tensors that give the widths missing, or tensors missing or unused by the model.
-    """
-    from transformers import CLIPModel
-
-    from capeval.clip.checkpoints.layout import convert_openai_state_dict, copy_into
-
-    fc = ("visual.transformer.resblocks.0.mlp.c_fc.weight", "transformer.resblocks.0.mlp.c_fc.weight")
-    missing = [k for k in fc if k not in sd]
-    if missing:
-        raise ValueError(f"{weights} lacks tensors {missing}: not {kind}")
-    config = clip_config(arch, sd[fc[0]].shape[0], sd[fc[1]].shape[0])
-    torch.manual_seed(0)  # every tensor is overwritten below; a fixed seed keeps the build itself repeatable
-    model = CLIPModel(config)
-    copy_into(model, convert_openai_state_dict(sd, weights), weights, check_base=False)
-    return model
-
-
-def load_tokenizer(source: OpenClipSource, what: str):
-    """OpenAI's BPE tokenizer: from files beside the weights, else the cached ``openai/clip-vit-base-patch32`` one.
-
-    Raises:
-        ValueError: neither is available (the files to add named).
-    """
-    from transformers import CLIPTokenizer
-
-    from capeval.clip.tokenizer_check import missing_tokenizer_files
-
-    folder = source.path.parent
-    if not missing_tokenizer_files(folder):
-        return CLIPTokenizer.from_pretrained(str(folder))
-    from huggingface_hub import try_to_load_from_cache
-
-    # Asked of the cache first: transformers gives back an empty tokenizer for a repo it cannot find locally.
-    cached = [try_to_load_from_cache(TOKENIZER_SOURCE, name) for name in ("tokenizer.json", "vocab.json")]
-    try:
-        if not any(isinstance(c, str) for c in cached):
-            raise OSError(f"{TOKENIZER_SOURCE} is not in the Hugging Face cache")
-        return CLIPTokenizer.from_pretrained(TOKENIZER_SOURCE, local_files_only=True)
-    except OSError as err:
-        raise ValueError(
-            f"{what}: no tokenizer: put OpenAI's CLIP tokenizer files (tokenizer.json, or vocab.json and merges.txt, "
-            f"as in {TOKENIZER_SOURCE}) beside the weights in {folder}, or have {TOKENIZER_SOURCE} in the Hugging "
-            "Face cache"
-        ) from err
-
-
-def open_clip_fields(
-    source: OpenClipSource,
-    model: str,
-    revision: str,
-    checkpoint: str | None,
-) -> dict:
+def open_clip_fields(source: OpenClipSource, file: RegularFile, model: str, checkpoint: str | None) -> dict:
     """The ``Backbone`` fields of an OpenCLIP file but its device and dtype: the model built and checked, still on
     the CPU in float32 (``load_backbone`` places it, as every model it loads).
 
+    Args:
+        source: the resolved file.
+        file: it, found regular and named by its revision (``checkpoints.hashes.weights_file_revision``).
+        model: the ``model=`` string, as errors name it.
+        checkpoint: PAC-S weights loaded over it, or ``None``.
+
     Raises:
-        ValueError: see ``build_open_clip_model`` and ``load_tokenizer``; a tokenizer that does not fit.
+        ValueError: unreadable or unsafe file, NaN/inf weights, a shape that differs from the architecture (named),
+            missing or unused tensors; no tokenizer (``openai_weights.load_tokenizer``) or one that does not fit.
     """
+    from capeval.clip.checkpoints.files import read_finite_state_dict
     from capeval.clip.families import OPEN_CLIP_FILE
     from capeval.clip.image_constants import known_origin, open_clip_origin
     from capeval.clip.image_geometry import ProcessorGeometry
-    from capeval.clip.tokenizer_check import checked_tokenizer
 
     what = f"model {model!r}"
-    clip = build_open_clip_model(source, what)
-    text = checked_tokenizer(lambda: load_tokenizer(source, what), OPEN_CLIP_FILE, clip.config, what)
+    sd = read_finite_state_dict(file, what, hint=_TENSORS_ONLY_HINT)
+    clip, text = clip_with_tokenizer(
+        sd,
+        _fitting_architecture(source, what),
+        f"weights file {source.path}",
+        "an OpenCLIP ViT state dict",
+        family=OPEN_CLIP_FILE,
+        folder=source.path.parent,
+        what=what,
+        tokenizer_source=TOKENIZER_SOURCE,
+    )
     weights_tag = None
     if checkpoint is not None:
         from capeval.clip.checkpoints.load import load_checkpoint_into
@@ -312,7 +263,7 @@ def open_clip_fields(
         "model": clip,
         "tokenizer": text.tokenizer,
         "model_id": source.model_id,
-        "revision": revision,
+        "revision": file.revision,
         "image_size": size,
         "image_mean": tuple(pre.mean),
         "image_std": tuple(pre.std),

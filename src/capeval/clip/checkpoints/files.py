@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from capeval.clip.checkpoints.hashes import require_regular_file
+from capeval.clip.checkpoints.hashes import RegularFile, require_regular_file
 from capeval.clip.checkpoints.layout import METADATA_KEYS
 from capeval.clip.checkpoints.tensor_views import check_declared_sizes
 
@@ -74,6 +74,11 @@ def torch_load_weights(path: str | Path, hint: str = _PACS_HINT):
     """
     path = Path(path)
     require_regular_file(path)
+    return _torch_load(path, hint)
+
+
+def _torch_load(path: Path, hint: str):
+    """``torch_load_weights`` of a file already found regular."""
     try:
         with torch.serialization.safe_globals(_data_only_globals()):
             try:
@@ -92,18 +97,22 @@ def torch_load_weights(path: str | Path, hint: str = _PACS_HINT):
     return obj
 
 
-def read_state_dict(path: str | Path, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | Path | RegularFile, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint file: ``.safetensors``, or a ``torch.save`` file holding a state dict
     directly or under ``"state_dict"`` (the PAC-S layout); ``module.`` prefixes are stripped. ``hint``: what
-    to do about a refused pickle (the PAC-S one by default).
+    to do about a refused pickle (the PAC-S one by default). A ``RegularFile`` (``hashes.weights_file_revision``)
+    was found regular when its revision was taken, and is not asked again.
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: unreadable, unsafe, or not a state dict of tensors.
     """
-    path = Path(path)
-    if path.suffix == ".safetensors":
+    if isinstance(path, RegularFile):
+        path = path.path
+    else:
+        path = Path(path)
         require_regular_file(path)
+    if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
@@ -114,7 +123,7 @@ def read_state_dict(path: str | Path, hint: str = _PACS_HINT) -> dict[str, torch
                 f"{path} is truncated or corrupt: not a readable safetensors file ({err})"
             ) from err
     else:
-        obj = torch_load_weights(path, hint)
+        obj = _torch_load(path, hint)
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping) or not obj:
@@ -188,7 +197,9 @@ def read_model_weights(
     return model
 
 
-def read_finite_state_dict(path: str | Path, what: str, hint: str = _PACS_HINT) -> dict[str, torch.Tensor]:
+def read_finite_state_dict(
+    path: str | Path | RegularFile, what: str, hint: str = _PACS_HINT
+) -> dict[str, torch.Tensor]:
     """``read_state_dict`` of a file holding a whole model, refused when a tensor holds NaN or inf (``check_finite``,
     naming the weights ``what``).
 

@@ -3,7 +3,8 @@
 A device, pipe or socket is refused from its ``stat`` (``require_regular_file``, which every reader of weights calls
 first); the files that decide a model's numbers are named by one sha256 over their contents (``files_sha256``,
 ``weights_sha256``), each file hashed once per process until it changes. Kept apart from ``files`` (reading the
-tensors): a model's revision is taken before the backbone cache is asked, its tensors read only when that misses.
+tensors): a model's revision is taken before the backbone cache is asked, its tensors read only when that misses
+(a weights file then handed on as a ``RegularFile``, not asked again).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import stat
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -58,6 +60,29 @@ def weights_sha256(folder: Path) -> str:
     for path in weights:
         require_regular_file(path, "weights file")
     return files_sha256(weights + settings_files(folder))
+
+
+@dataclass(frozen=True)
+class RegularFile:
+    """A weights file found to be a regular file (``require_regular_file``) when its revision was taken: what
+    ``files.read_state_dict`` reads without asking its ``stat`` again.
+
+    Attributes:
+        path: the file.
+        revision: ``beside_sha256`` of it.
+    """
+
+    path: Path
+    revision: str
+
+
+def weights_file_revision(path: Path) -> RegularFile:
+    """A weights file, refused unless regular, with its revision (``beside_sha256``), for its reader.
+
+    Raises:
+        FileNotFoundError: nothing there; ValueError: not a regular file (see ``require_regular_file``).
+    """
+    return RegularFile(path, beside_sha256(path))
 
 
 def beside_sha256(path: Path) -> str:

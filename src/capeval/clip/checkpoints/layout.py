@@ -10,7 +10,7 @@ tensor used.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 import torch
@@ -187,7 +187,32 @@ def convert_openai_state_dict(
     Raises:
         ValueError: a tensor that no rule uses, a block missing one of its tensors, or a bad fused shape.
     """
+    return _renamed(sd, ClipGeometry.from_state_dict(sd, what), what)
+
+
+def openai_clip_model(
+    sd: Mapping[str, torch.Tensor], build: Callable[[ClipGeometry], torch.nn.Module], what: str
+) -> torch.nn.Module:
+    """A whole model from OpenAI/OpenCLIP ViT-CLIP tensors, in one pass: the architecture read from them, the model
+    ``build(geometry)`` makes (a ``CLIPModel`` on the meta device: nothing initialised that the tensors replace),
+    then every tensor renamed (``convert_openai_state_dict``) and set into it, checked as ``copy_into`` checks.
+
+    Args:
+        sd: the tensors, in OpenAI's names.
+        build: the empty model of a geometry; whatever it raises (a geometry refused) comes before any renaming.
+        what: the file they come from, as errors name it.
+
+    Raises:
+        ValueError: see ``ClipGeometry.from_state_dict``, ``convert_openai_state_dict`` and ``copy_into``.
+    """
     geometry = ClipGeometry.from_state_dict(sd, what)
+    model = build(geometry)
+    _assign_into(model, _renamed(sd, geometry, what), what)
+    return model
+
+
+def _renamed(sd: Mapping[str, torch.Tensor], geometry: ClipGeometry, what: str) -> dict[str, torch.Tensor]:
+    """``convert_openai_state_dict`` of tensors whose geometry is already read."""
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set(METADATA_KEYS & set(sd))
     missing: list[str] = []
@@ -272,6 +297,20 @@ def copy_into(
             have, or a shape mismatch; nothing is copied then.
     """
     target = model.state_dict()
+    _check_fit(target, sd, what)
+    if check_base:
+        _warn_if_suspicious(model, sd, what)
+    with torch.no_grad():
+        model.load_state_dict({k: v.to(target[k].dtype) for k, v in sd.items()}, strict=True)
+        for name, buf in model.named_buffers():
+            if name.endswith("position_ids"):
+                buf.copy_(torch.arange(buf.shape[-1], device=buf.device).expand_as(buf))
+            elif name not in target:
+                raise ValueError(f"model buffer {name} is not covered by any checkpoint tensor")
+
+
+def _check_fit(target: Mapping[str, torch.Tensor], sd: Mapping[str, torch.Tensor], what: str) -> None:
+    """Raise unless ``sd`` gives exactly the model's tensors (``target``: its state dict), each in its shape."""
     missing = sorted(set(target) - set(sd))
     unexpected = sorted(set(sd) - set(target))
     shapes = [
@@ -288,15 +327,26 @@ def copy_into(
         problems.append(f"{len(shapes)} shape mismatch(es): {shapes[:4]}")
     if problems:
         raise ValueError(f"{what} does not fit the model: " + "; ".join(problems))
-    if check_base:
-        _warn_if_suspicious(model, sd, what)
-    with torch.no_grad():
-        model.load_state_dict({k: v.to(target[k].dtype) for k, v in sd.items()}, strict=True)
-        for name, buf in model.named_buffers():
-            if name.endswith("position_ids"):
-                buf.copy_(torch.arange(buf.shape[-1], device=buf.device).expand_as(buf))
-            elif name not in target:
-                raise ValueError(f"model buffer {name} is not covered by any checkpoint tensor")
+
+
+def _assign_into(model, sd: Mapping[str, torch.Tensor], what: str) -> None:
+    """Set every parameter and buffer of a ``CLIPModel`` built on the meta device from transformers-named tensors,
+    or raise as ``copy_into`` does: each tensor copied into new contiguous memory of the model's dtype (the model
+    then owns its weights, as one loaded by ``copy_into``), position ids made 0..n-1."""
+    target = model.state_dict()
+    _check_fit(target, sd, what)
+
+    def owned(key: str, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.empty(target[key].shape, dtype=target[key].dtype).copy_(tensor)
+
+    model.load_state_dict({k: owned(k, v) for k, v in sd.items()}, strict=True, assign=True)
+    for name, buf in list(model.named_buffers()):
+        if name.endswith("position_ids"):
+            owner, _, leaf = name.rpartition(".")
+            ids = torch.arange(buf.shape[-1], dtype=buf.dtype).expand(buf.shape)
+            setattr(model.get_submodule(owner), leaf, ids)
+        elif name not in target:
+            raise ValueError(f"model buffer {name} is not covered by any checkpoint tensor")
 
 
 def _warn_if_suspicious(model, sd: Mapping[str, torch.Tensor], what: str) -> None:
