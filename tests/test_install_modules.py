@@ -3,7 +3,8 @@ fallback to its module cache when the Hub has no ``evaluate-metric/<name>``.
 
 Every load runs in a fresh process with a temporary ``HF_MODULES_CACHE`` and ``HF_HOME`` and a working
 directory without a ``metrics/`` folder; "online" means ``HF_ENDPOINT`` at a local stand-in for the Hub
-(:mod:`capeval_dev.perf.module_loading`). The times of those loads are measured by
+(:mod:`capeval_dev.perf.module_loading`); the three online answers are given, one per load, to one fresh process
+whose stand-in switches answer between its loads. The times of those loads are measured by
 ``scripts/bench_module_loading.py``, not here.
 """
 
@@ -23,7 +24,13 @@ from capeval.cli import main
 from capeval.integrations.evaluate_modules import module_path
 from capeval.integrations.module_cache import install_modules
 from capeval.registry import METRICS
-from capeval_dev.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
+from capeval_dev.perf.module_loading import (
+    child_env,
+    example_inputs,
+    load_in_fresh_process,
+    load_per_answer_in_one_process,
+    stand_in_hub,
+)
 
 STALE_HASH = "0" * 64
 
@@ -97,15 +104,23 @@ def test_bare_names_load_offline_from_any_directory_and_compute(installed):
     assert out["clipscore"]["result"]["scores"][0] > 1.0  # the shapes CLIP matches a scene to its caption
 
 
-@pytest.mark.slow  # a fresh process importing torch: about 30 s each on 2 shared cores
-@pytest.mark.parametrize("answer", ["404", "401", "closed"])
-def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(installed, answer):
+@pytest.fixture(scope="module")
+def online_loads(installed):
+    """A bare ``evaluate.load("clipscore")`` once per Hub answer, in one fresh process whose ``HF_ENDPOINT`` switches
+    answer before each load: the closed port first (before any request has been answered), then 404, then 401.
+    Each load imports the module anew (the process forgets the modules evaluate imported from its cache)."""
     cache, home, cwd = installed
-    with stand_in_hub(answer) as (endpoint, seen):
-        env = child_env(answer, endpoint, cache, home)
-        out = load_in_fresh_process(["clipscore"], env, cwd)["clipscore"]
+    return load_per_answer_in_one_process("clipscore", ["closed", "404", "401"], cache, home, cwd)
+
+
+@pytest.mark.slow  # one fresh process importing torch, for the three answers: about 30 s on 2 shared cores
+@pytest.mark.parametrize("answer", ["404", "401", "closed"])
+def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(online_loads, answer):
+    out, seen = online_loads[answer]
     assert out["module"] == _expected_module("clipscore")
-    if answer != "closed":
+    if answer == "closed":
+        assert seen == []  # nothing listened: no request was answered
+    else:
         # evaluate asked the Hub first (v0.4.6, then main or the other module types), then used the cache.
         assert "HEAD /spaces/evaluate-metric/clipscore/resolve/v0.4.6/clipscore.py" in seen, seen
 
