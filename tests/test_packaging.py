@@ -92,33 +92,42 @@ def test_the_wheel_stays_under_two_megabytes(dists):
     assert wheel.stat().st_size <= 2_000_000, f"wheel is {wheel.stat().st_size:,} bytes"
 
 
-def _fresh_venv_with(wheel, venv, env) -> tuple[Path, str]:
+@pytest.fixture(scope="module")
+def wheel_venv(dists, tmp_path_factory) -> tuple[Path, Path, str]:
     """A fresh venv (no system site-packages) with the wheel installed by pip, and nothing else: this checkout's
-    pip installs into it (``pip --python``), so the venv skips ensurepip's copy of pip. Its python and its
-    site-packages folder."""
+    pip installs into it (``pip --python``), so the venv skips ensurepip's copy of pip. Its folder, its python and
+    its site-packages folder. Each test names the dependencies it sees there with :func:`_dependencies_from`."""
+    _, wheel = dists
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv])
     py = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index"]
-    _run([*pip, "--disable-pip-version-check", "-q", wheel], env=env)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([*pip, "--disable-pip-version-check", "-q", wheel], env={**env, **_OFFLINE})
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    return py, site
+    return venv, py, site
 
 
-def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(dists, tmp_path):
-    _, wheel = dists
-    venv = tmp_path / "venv"
+def _dependencies_from(site: str, folder) -> None:
+    """The venv's dependencies are the packages in ``folder`` (and no other test's): one ``.pth`` line."""
+    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
+        fh.write(f"{folder}\n")
+
+
+def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(wheel_venv, tmp_path):
+    venv, py, site = wheel_venv
     env = {**os.environ, **_OFFLINE, "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("PYTHONPATH", None)
-    py, site = _fresh_venv_with(wheel, venv, env)
-    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    _dependencies_from(site, sysconfig.get_paths()["purelib"])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env["HF_EVALUATE_OFFLINE"] = "1"  # evaluate reads only its own variable
-    _run([venv / "bin" / "capeval", "install-modules"], cwd=elsewhere, env=env)
+    # ``capeval install-modules`` (the wheel's console script runs in the core test below), then the loads.
     script = textwrap.dedent(
         f"""
         import capeval, evaluate
+        from capeval.cli import main
+        assert main(["install-modules"]) == 0
         from importlib.metadata import version
         from capeval.integrations.evaluate_modules import module_path
         from capeval.shapes import Scene, draw, shapes_clip_path
@@ -165,10 +174,9 @@ def _core_dependencies(folder) -> None:
 
 
 def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_names_each_missing_extra(
-    dists, tmp_path
+    wheel_venv, tmp_path
 ):
-    _, wheel = dists
-    venv = tmp_path / "venv"
+    venv, py, site = wheel_venv
     env = {
         **os.environ,
         **_OFFLINE,
@@ -176,10 +184,8 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
         "HF_EVALUATE_OFFLINE": "1",
     }
     env.pop("PYTHONPATH", None)
-    py, site = _fresh_venv_with(wheel, venv, env)
     _core_dependencies(tmp_path / "core")
-    with open(os.path.join(site, "capeval_core_dependencies.pth"), "w") as fh:
-        fh.write(str(tmp_path / "core") + "\n")
+    _dependencies_from(site, tmp_path / "core")
     shapes = REPO / "examples" / "shapes"
     script = textwrap.dedent(
         f"""
