@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import runpy
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import evaluate
@@ -74,19 +73,14 @@ def test_each_staged_folder_loads_in_a_fresh_process_and_computes_what_the_repo_
     cwd.mkdir()
     targets = [str(staged / metric) for metric in METRICS]
     env = child_env("offline", None, tmp_path / "modules", tmp_path / "home")
-    with ThreadPoolExecutor(1) as pool:
-        # The repository's modules compute here while the fresh process runs (its imports use one core).
-        fresh = pool.submit(load_in_fresh_process, targets, env, cwd, compute=targets)
-        repo = {
-            metric: evaluate.load(str(repo_root / "metrics" / metric)).compute(**example_inputs(metric))
-            for metric in METRICS
-        }
-        out = fresh.result()
+    out = load_in_fresh_process(targets, env, cwd, compute=targets)
     for metric, target in zip(METRICS, targets, strict=True):
         # evaluate records beside the imported copy where it came from: the staged folder, not the repository.
         record = json.loads(Path(out[target]["file"]).with_suffix(".json").read_text())
         assert Path(record["original file path"]).parent == staged / metric
-        assert out[target]["result"] == json.loads(json.dumps(repo[metric])), metric
+        inputs = example_inputs(metric)
+        repo = evaluate.load(str(repo_root / "metrics" / metric)).compute(**inputs)
+        assert out[target]["result"] == json.loads(json.dumps(repo)), metric
         assert out[target]["result"]["scores"], metric
 
 
