@@ -184,8 +184,9 @@ def test_metric_scripts_use_only_what_capeval_exports_at_its_top_level():
         assert used and used <= public, (script.name, used - public)
 
 
-# --- What a fresh interpreter sees: one process answers the checks below, in this order (the bare import first,
-# before anything loads torch; the first imports of every module last, as they drop capeval from sys.modules) ---
+# --- What a fresh interpreter sees: one process, started as the module starts, answers the checks below that read
+# it, in this order (the bare import first, before anything loads torch; the first imports of every module last,
+# as they drop capeval from sys.modules) ---
 
 _FRESH_PROCESS = """
 import importlib, importlib.util, json, sys
@@ -220,21 +221,26 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def fresh_process() -> dict:
-    """What ``_FRESH_PROCESS`` found in a new Python process."""
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_process_started(tmp_path_factory):
+    """``_FRESH_PROCESS`` started in a new Python process as the module starts, so that it runs while the tests
+    before its first reader run here (on another core); its output goes to files, which a full pipe cannot stall."""
     names = json.dumps(sorted(m for m in MODULES if m not in EXEMPT))
-    done = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, names], capture_output=True, text=True, check=True
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    folder = tmp_path_factory.mktemp("fresh-process")
+    with open(folder / "stdout", "w+") as out, open(folder / "stderr", "w+") as err:
+        with subprocess.Popen([sys.executable, "-c", _FRESH_PROCESS, names], stdout=out, stderr=err) as proc:
+            yield proc, out, err
 
 
-def test_subpackages_are_attributes_of_the_package_after_a_bare_import(fresh_process):
-    assert fresh_process["subpackages"] == [True, True]
-    assert "has no attribute 'nonexistent'" in fresh_process["missing"][0]
-    # a path of an unreleased layout: gone, not aliased
-    assert "has no attribute 'backbones'" in fresh_process["missing"][1]
+@pytest.fixture(scope="module")
+def fresh_process(_fresh_process_started) -> dict:
+    """What ``_FRESH_PROCESS`` found in a new Python process."""
+    proc, out, err = _fresh_process_started
+    proc.wait()
+    out.seek(0)
+    err.seek(0)
+    assert proc.returncode == 0, err.read()
+    return json.loads(out.read().strip().splitlines()[-1])
 
 
 def test_the_public_api_of_the_readme_resolves():
@@ -271,6 +277,13 @@ def test_every_public_name_resolves_from_a_bare_import():
     assert [name for name in capeval.__all__ if not hasattr(capeval, name)] == []
     with pytest.raises(AttributeError, match="has no attribute 'NotAName'"):
         capeval.NotAName  # noqa: B018
+
+
+def test_subpackages_are_attributes_of_the_package_after_a_bare_import(fresh_process):
+    assert fresh_process["subpackages"] == [True, True]
+    assert "has no attribute 'nonexistent'" in fresh_process["missing"][0]
+    # a path of an unreleased layout: gone, not aliased
+    assert "has no attribute 'backbones'" in fresh_process["missing"][1]
 
 
 def test_importing_capeval_loads_no_torch(fresh_process):

@@ -3,7 +3,8 @@ fallback to its module cache when the Hub has no ``evaluate-metric/<name>``.
 
 Every load runs in a fresh process with a temporary ``HF_MODULES_CACHE`` and ``HF_HOME`` and a working
 directory without a ``metrics/`` folder; "online" means ``HF_ENDPOINT`` at a local stand-in for the Hub
-(:mod:`capeval_dev.perf.module_loading`). The times of those loads are measured by
+(:mod:`capeval_dev.perf.module_loading`); the three online answers are given, one per load, to one fresh process
+whose stand-in switches answer between its loads. The times of those loads are measured by
 ``scripts/bench_module_loading.py``, not here.
 """
 
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,13 @@ from capeval.cli import main
 from capeval.integrations.evaluate_modules import module_path
 from capeval.integrations.module_cache import install_modules
 from capeval.registry import METRICS
-from capeval_dev.perf.module_loading import child_env, example_inputs, load_in_fresh_process, stand_in_hub
+from capeval_dev.perf.module_loading import (
+    child_env,
+    example_inputs,
+    load_in_fresh_process,
+    load_per_answer_in_one_process,
+    stand_in_hub,
+)
 
 STALE_HASH = "0" * 64
 
@@ -58,19 +66,68 @@ def installed(tmp_path_factory):
     return cache, home, cwd
 
 
-@pytest.mark.slow  # two fresh processes importing torch: about 50 s on 2 shared cores
-def test_install_writes_the_folders_evaluate_writes_when_it_downloads_a_module(installed, tmp_path):
-    cache, _, cwd = installed
+def _download(root: Path, cwd: Path) -> tuple[dict, list[str]]:
+    """evaluate itself downloads clipscore.py from a Hub stand-in that has it and writes its cache entry under
+    ``root/modules``: what the fresh process loaded, and the requests the stand-in received."""
     source = module_path("clipscore") / "clipscore.py"
-    # evaluate itself downloads clipscore.py from a Hub stand-in that has it and writes its cache entry.
     with stand_in_hub("404", files={"clipscore.py": source.read_bytes()}) as (endpoint, seen):
-        env = child_env("404", endpoint, tmp_path / "modules", tmp_path / "home")
-        downloaded = load_in_fresh_process(["clipscore"], env, cwd)["clipscore"]
+        env = child_env("404", endpoint, root / "modules", root / "home")
+        return load_in_fresh_process(["clipscore"], env, cwd)["clipscore"], seen
+
+
+def _install_modules_at_a_dangling_link(root: Path) -> subprocess.CompletedProcess:
+    """``python -m capeval.cli install-modules`` with ``HF_MODULES_CACHE`` a link to a folder that does not exist."""
+    link, target = root / "modules", root / "unmounted" / "modules"
+    link.symlink_to(target)
+    env = child_env("offline", None, link, root / "home")
+    return subprocess.run(
+        [sys.executable, "-m", "capeval.cli", "install-modules"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def fresh_processes(installed, tmp_path_factory):
+    """The module's fresh processes, started together once the cache is installed, two at a time (their imports
+    are single-threaded: a second core runs the second); each test waits for its own (``.result()``).
+
+    ``online``: a bare ``evaluate.load("clipscore")`` once per Hub answer, in one fresh process whose
+    ``HF_ENDPOINT`` switches answer before each load: the closed port first (before any request has been answered),
+    then 404, then 401; each load imports the module anew (the process forgets the modules evaluate imported from
+    its cache). ``offline``: the six bare names, clipscore computed. ``download``: :func:`_download`.
+    ``dangling link``: :func:`_install_modules_at_a_dangling_link`.
+    """
+    cache, home, cwd = installed
+    assert not (cwd / "metrics").exists() and not (cwd / "clipscore").exists()
+    offline = child_env("offline", None, cache, home)
+    download, dangling = tmp_path_factory.mktemp("download"), tmp_path_factory.mktemp("dangling")
+    pool = ThreadPoolExecutor(2)
+    futures = {
+        "online": pool.submit(
+            load_per_answer_in_one_process, "clipscore", ["closed", "404", "401"], cache, home, cwd
+        ),
+        "offline": pool.submit(load_in_fresh_process, list(METRICS), offline, cwd, compute=["clipscore"]),
+        "download": (download, pool.submit(_download, download, cwd)),
+        "dangling link": (dangling, pool.submit(_install_modules_at_a_dangling_link, dangling)),
+    }
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.slow  # a fresh process importing torch (run beside the others of fresh_processes)
+def test_install_writes_the_folders_evaluate_writes_when_it_downloads_a_module(installed, fresh_processes):
+    cache, _, _ = installed
+    root, done = fresh_processes["download"]
+    downloaded, seen = done.result()
     assert any("/spaces/evaluate-metric/clipscore/" in r for r in seen)
     assert downloaded["module"] == _expected_module("clipscore")
 
     ours_root = cache / "evaluate_modules" / "metrics"
-    theirs_root = tmp_path / "modules" / "evaluate_modules" / "metrics"
+    theirs_root = root / "modules" / "evaluate_modules" / "metrics"
     ours, theirs = _tree(ours_root), _tree(theirs_root)
     evaluate_wrote = {k for k in theirs if "evaluate-metric--clipscore" in k or k == "__init__.py"}
     assert evaluate_wrote == {k for k in ours if "evaluate-metric--clipscore" in k or k == "__init__.py"}
@@ -82,12 +139,11 @@ def test_install_writes_the_folders_evaluate_writes_when_it_downloads_a_module(i
             assert ours[rel][1] == theirs[rel][1], rel
 
 
-@pytest.mark.slow  # a fresh process importing torch and computing: about 35 s on 2 shared cores
-def test_bare_names_load_offline_from_any_directory_and_compute(installed):
-    cache, home, cwd = installed
+@pytest.mark.slow  # a fresh process importing torch and computing (run beside the others of fresh_processes)
+def test_bare_names_load_offline_from_any_directory_and_compute(installed, fresh_processes):
+    cache, _, cwd = installed
+    out = fresh_processes["offline"].result()
     assert not (cwd / "metrics").exists() and not (cwd / "clipscore").exists()
-    env = child_env("offline", None, cache, home)
-    out = load_in_fresh_process(list(METRICS), env, cwd, compute=["clipscore"])
     for name in METRICS:
         assert out[name]["module"] == _expected_module(name), name
         assert Path(out[name]["file"]).is_relative_to(cache), out[name]["file"]
@@ -97,15 +153,14 @@ def test_bare_names_load_offline_from_any_directory_and_compute(installed):
     assert out["clipscore"]["result"]["scores"][0] > 1.0  # the shapes CLIP matches a scene to its caption
 
 
-@pytest.mark.slow  # a fresh process importing torch: about 30 s each on 2 shared cores
+@pytest.mark.slow  # one fresh process importing torch for the three answers (beside the others of fresh_processes)
 @pytest.mark.parametrize("answer", ["404", "401", "closed"])
-def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(installed, answer):
-    cache, home, cwd = installed
-    with stand_in_hub(answer) as (endpoint, seen):
-        env = child_env(answer, endpoint, cache, home)
-        out = load_in_fresh_process(["clipscore"], env, cwd)["clipscore"]
+def test_bare_name_loads_online_after_the_hub_misses_or_is_unreachable(fresh_processes, answer):
+    out, seen = fresh_processes["online"].result()[answer]
     assert out["module"] == _expected_module("clipscore")
-    if answer != "closed":
+    if answer == "closed":
+        assert seen == []  # nothing listened: no request was answered
+    else:
         # evaluate asked the Hub first (v0.4.6, then main or the other module types), then used the cache.
         assert "HEAD /spaces/evaluate-metric/clipscore/resolve/v0.4.6/clipscore.py" in seen, seen
 
@@ -169,25 +224,17 @@ def test_unknown_metric_is_refused_before_anything_is_written(tmp_path):
 # --- A module cache that cannot be a folder ---
 
 
-def test_hf_modules_cache_at_a_dangling_link_is_one_line_naming_the_link_and_its_target(tmp_path):
-    link, target = tmp_path / "modules", tmp_path / "unmounted" / "modules"
-    link.symlink_to(target)
-    env = child_env("offline", None, link, tmp_path / "home")
-    proc = subprocess.run(
-        [sys.executable, "-m", "capeval.cli", "install-modules"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+def test_hf_modules_cache_at_a_dangling_link_is_one_line_naming_the_link_and_its_target(fresh_processes):
+    root, done = fresh_processes["dangling link"]
+    proc = done.result()
+    link, target = root / "modules", root / "unmounted" / "modules"
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"capeval: error: evaluate's module cache {link}: {link} is a symbolic link to {target}, which does not "
         "exist (or is a loop of links); create its target folder, or set HF_MODULES_CACHE (or --modules-cache) "
         "to a folder"
     ]
-    assert not (tmp_path / "unmounted").exists()  # the link's target is not created behind the user's back
+    assert not (root / "unmounted").exists()  # the link's target is not created behind the user's back
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import sysconfig
 import tarfile
 import textwrap
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -92,33 +93,37 @@ def test_the_wheel_stays_under_two_megabytes(dists):
     assert wheel.stat().st_size <= 2_000_000, f"wheel is {wheel.stat().st_size:,} bytes"
 
 
-def _fresh_venv_with(wheel, venv, env) -> tuple[Path, str]:
+def _fresh_venv_with(wheel, venv, dependencies) -> tuple[Path, str]:
     """A fresh venv (no system site-packages) with the wheel installed by pip, and nothing else: this checkout's
-    pip installs into it (``pip --python``), so the venv skips ensurepip's copy of pip. Its python and its
-    site-packages folder."""
+    pip installs into it (``pip --python``), so the venv skips ensurepip's copy of pip; its dependencies are the
+    packages in the folder ``dependencies`` (one ``.pth`` line). Its python and its site-packages folder."""
     _run([sys.executable, "-m", "venv", "--without-pip", venv])
     py = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index"]
-    _run([*pip, "--disable-pip-version-check", "-q", wheel], env=env)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([*pip, "--disable-pip-version-check", "-q", wheel], env={**env, **_OFFLINE})
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
+        fh.write(f"{dependencies}\n")
     return py, site
 
 
-def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(dists, tmp_path):
-    _, wheel = dists
+def _with_every_dependency(wheel, tmp_path) -> subprocess.CompletedProcess:
+    """The wheel in a fresh venv seeing this checkout's dependencies: install-modules, then every load, run
+    from a folder elsewhere."""
     venv = tmp_path / "venv"
     env = {**os.environ, **_OFFLINE, "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("PYTHONPATH", None)
-    py, site = _fresh_venv_with(wheel, venv, env)
-    with open(os.path.join(site, "capeval_test_dependencies.pth"), "w") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    py, _ = _fresh_venv_with(wheel, venv, sysconfig.get_paths()["purelib"])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env["HF_EVALUATE_OFFLINE"] = "1"  # evaluate reads only its own variable
-    _run([venv / "bin" / "capeval", "install-modules"], cwd=elsewhere, env=env)
+    # ``capeval install-modules`` (the wheel's console script runs in the core venv below), then the loads.
     script = textwrap.dedent(
         f"""
         import capeval, evaluate
+        from capeval.cli import main
+        assert main(["install-modules"]) == 0
         from importlib.metadata import version
         from capeval.integrations.evaluate_modules import module_path
         from capeval.shapes import Scene, draw, shapes_clip_path
@@ -143,8 +148,7 @@ def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(di
         print("OK", out["signature"])
         """
     )
-    done = _run([py, "-c", script], cwd=elsewhere, env=env)
-    assert "OK clipscore|" in done.stdout
+    return _run([py, "-c", script], cwd=elsewhere, env=env)
 
 
 def _core_dependencies(folder) -> None:
@@ -164,11 +168,12 @@ def _core_dependencies(folder) -> None:
                 (folder / entry).symlink_to(source)
 
 
-def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_names_each_missing_extra(
-    dists, tmp_path
-):
-    _, wheel = dists
+def _with_the_core_alone(wheel, tmp_path) -> tuple[subprocess.CompletedProcess, ...]:
+    """The wheel in a fresh venv seeing capeval's core requirements alone: the scores and refusals of the Python
+    API, then ``capeval score`` and ``capeval compare`` on the example files (the README's main job)."""
     venv = tmp_path / "venv"
+    _core_dependencies(tmp_path / "core")
+    py, site = _fresh_venv_with(wheel, venv, tmp_path / "core")
     env = {
         **os.environ,
         **_OFFLINE,
@@ -176,10 +181,6 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
         "HF_EVALUATE_OFFLINE": "1",
     }
     env.pop("PYTHONPATH", None)
-    py, site = _fresh_venv_with(wheel, venv, env)
-    _core_dependencies(tmp_path / "core")
-    with open(os.path.join(site, "capeval_core_dependencies.pth"), "w") as fh:
-        fh.write(str(tmp_path / "core") + "\n")
     shapes = REPO / "examples" / "shapes"
     script = textwrap.dedent(
         f"""
@@ -220,14 +221,40 @@ def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_
         """
     )
     done = _run([py, "-c", script], cwd=tmp_path, env=env)
-    assert "OK 4" in done.stdout
-    # the README's main job: the command line on the example files, the core alone
     capeval = venv / "bin" / "capeval"
     files = ["--references-json", shapes / "references.json", "--save-per-instance", tmp_path / "scores.json"]
     model = ["--model", Path(site) / "capeval" / "shapes" / "assets" / "shapes-clip"]
     scored = _run([capeval, "score", shapes / "candidates.json", shapes / "images", *files, *model], env=env)
-    assert "refclipscore" in scored.stdout.lower()
     both = [str(tmp_path / "scores.json")] * 2
     compared = subprocess.run([str(capeval), "compare", *both], capture_output=True, text=True, env=env)
+    return done, scored, compared
+
+
+@pytest.fixture(scope="module")
+def fresh_venvs(dists, tmp_path_factory):
+    """The two fresh venvs with the wheel (every dependency; the core alone), made and run together, each in a
+    thread of its own (their processes' imports are single-threaded: a second core runs the second); each test
+    waits for its own (``.result()``)."""
+    _, wheel = dists
+    pool = ThreadPoolExecutor(2)
+    yield {
+        "every dependency": pool.submit(_with_every_dependency, wheel, tmp_path_factory.mktemp("every")),
+        "core alone": pool.submit(_with_the_core_alone, wheel, tmp_path_factory.mktemp("core")),
+    }
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_wheel_installs_in_a_fresh_venv_and_loads_every_metric_from_elsewhere(fresh_venvs):
+    done = fresh_venvs["every dependency"].result()
+    assert "OK clipscore|" in done.stdout
+
+
+def test_the_wheel_with_the_core_requirements_alone_scores_the_clip_metrics_and_names_each_missing_extra(
+    fresh_venvs,
+):
+    done, scored, compared = fresh_venvs["core alone"].result()
+    assert "OK 4" in done.stdout
+    # the README's main job: the command line on the example files, the core alone
+    assert "refclipscore" in scored.stdout.lower()
     assert compared.returncode == 2
     assert 'capeval compare needs capeval[stats]: pip install "capeval[stats]"' in compared.stderr

@@ -2,7 +2,8 @@
 refuses the connection or never answers: fresh processes against a local stand-in for the Hub (``HF_ENDPOINT``).
 The same for a Hub model the local cache lacks: how long capeval takes to refuse it (``refuse_in_fresh_process``).
 
-Used by ``scripts/bench_module_loading.py`` (the times docs/guides/evaluate.md quotes) and ``tests/test_install_modules.py``.
+Used by ``scripts/bench_module_loading.py`` (the times docs/guides/evaluate.md quotes) and ``tests/test_install_modules.py``
+(which also loads once per Hub answer in a single process, :func:`load_per_answer_in_one_process`).
 The child process is this module run as a script (``python -m capeval_dev.perf.module_loading SPEC``): it imports
 evaluate and capeval first, so the time of each ``evaluate.load`` is the look-up and import of the module alone.
 """
@@ -16,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -107,6 +109,40 @@ def stand_in_hub(
             server.server_close()
 
 
+class SwitchingHub:
+    """One local endpoint for ``HF_ENDPOINT`` whose answer changes between loads (:func:`load_per_answer_in_one_process`):
+    ``"404"`` or ``"401"`` from a server on its port, or ``"closed"``: nothing listening on that port (the server
+    stopped, or not started yet). ``seen[answer]`` lists the requests received while that answer was given."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.seen: dict[str, list[str]] = {}
+        self._handler = type("Handler", (_Handler,), {"status": 404, "files": {}, "seen": []})
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def answer(self, answer: str) -> None:
+        """Give ``answer`` (``"404"``, ``"401"`` or ``"closed"``) from now on."""
+        if answer not in ("404", "401", "closed"):
+            raise ValueError(f"a switching Hub answers 404, 401 or closed, not {answer!r}")
+        self._handler.seen = self.seen.setdefault(answer, [])
+        if answer == "closed":
+            self.close()
+            return
+        self._handler.status = int(answer)
+        if self._server is None:
+            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
+            threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
 def child_env(answer: str, endpoint: str | None, modules_cache: Path, hf_home: Path) -> dict[str, str]:
     """The environment of a fresh process: this one's, with the Hugging Face variables set for ``answer``.
 
@@ -139,6 +175,70 @@ def load_in_fresh_process(
         RuntimeError: the process failed (its stderr is in the message).
     """
     return _run_child({"load": list(targets), "compute": list(compute)}, env, cwd, timeout)
+
+
+def load_per_answer_in_one_process(
+    target: str,
+    answers: list[str],
+    modules_cache: Path,
+    hf_home: Path,
+    cwd: str | os.PathLike,
+    timeout: float = 600,
+) -> dict[str, tuple[dict, list[str]]]:
+    """``evaluate.load(target)`` once per Hub answer, in order, in one new Python process: its ``HF_ENDPOINT`` is a
+    :class:`SwitchingHub` that the process asks to switch to the next answer before each load. Before each load the
+    process also forgets every module evaluate imported from its module cache, so each load imports its module
+    anew. Returns, per answer, what :func:`load_in_fresh_process` returns for the target and the requests the
+    stand-in received while giving that answer.
+
+    Raises:
+        RuntimeError: the process failed (its stderr is in the message).
+    """
+    hub = SwitchingHub()
+    env = child_env("404", hub.endpoint, modules_cache, hf_home)
+    spec = json.dumps({"load": [target], "compute": [], "steps": list(answers)})
+    try:
+        with tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "capeval_dev.perf.module_loading", spec],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+            watchdog = threading.Timer(timeout, proc.kill)
+            watchdog.start()
+            try:
+                last = ""
+                for line in proc.stdout:
+                    last = line
+                    step = _step_of(line)
+                    if step is not None:
+                        hub.answer(step)
+                        proc.stdin.write("\n")
+                        proc.stdin.flush()
+                proc.wait()
+            finally:
+                watchdog.cancel()
+            if proc.returncode != 0:
+                err.seek(0)
+                raise RuntimeError(
+                    f"evaluate.load in a fresh process failed ({proc.returncode}):\n{err.read()[-4000:]}"
+                )
+    finally:
+        hub.close()
+    out = json.loads(last)
+    return {answer: (out[answer], hub.seen.get(answer, [])) for answer in answers}
+
+
+def _step_of(line: str) -> str | None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message.get("step") if isinstance(message, dict) and set(message) == {"step"} else None
 
 
 def refuse_in_fresh_process(
@@ -198,8 +298,21 @@ def _main(spec: dict) -> dict[str, dict]:
     # this module inside its package).
     import datasets  # noqa: F401
     import evaluate
+    import evaluate.config
 
     out = {}
+    if spec.get("steps"):
+        # One load per step: the parent switches its stand-in Hub when asked, then answers on stdin.
+        (target,) = spec["load"]
+        for step in spec["steps"]:
+            print(json.dumps({"step": step}), flush=True)
+            sys.stdin.readline()
+            dynamic = evaluate.config.MODULE_NAME_FOR_DYNAMIC_MODULES  # evaluate_modules
+            for name in [m for m in sys.modules if m.split(".")[0] == dynamic]:
+                del sys.modules[name]
+            module = evaluate.load(target)
+            out[step] = {"file": inspect.getfile(type(module)), "module": type(module).__module__}
+        return out
     for target in spec["load"]:
         start = time.perf_counter()
         module = evaluate.load(target)
