@@ -176,3 +176,30 @@ def test_clear_cache_forgets_the_tokenizers_unless_asked_to_keep_them(tiny_clip_
     clear_cache()
     assert load_backbone(str(tiny_clip_dir), device="cpu").tokenizer is not first
     assert reads == [str(tiny_clip_dir)] * 2
+
+
+def test_the_bpe_files_beside_two_weights_files_are_read_once(tiny_clip_dir, tmp_path, monkeypatch):
+    from transformers import CLIPTokenizer
+
+    from capeval.clip.openai_weights import load_tokenizer
+    from capeval.clip.tokenizer_check import forget_read_tokenizers
+
+    folders = []
+    for name in ("first-file", "second-file"):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tiny_clip_dir / file, folder / file)
+        folders.append(folder)
+    forget_read_tokenizers()
+    reads = []
+    original = CLIPTokenizer.from_pretrained.__func__
+
+    def counted(cls, path, *args, **kwargs):
+        reads.append(str(path))
+        return original(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(CLIPTokenizer, "from_pretrained", classmethod(counted))
+    first, second = (load_tokenizer(folder, f"weights file in {folder}") for folder in folders)
+    assert second is first
+    assert reads == [str(folders[0])]

@@ -127,18 +127,22 @@ def load_tokenizer(folder: Path, what: str, source: str = TOKENIZER_SOURCE):
     """
     from transformers import CLIPTokenizer
 
-    from capeval.clip.tokenizer_check import missing_tokenizer_files
+    from capeval.clip.tokenizer_check import missing_tokenizer_files, read_once
 
     if not missing_tokenizer_files(folder):
-        return CLIPTokenizer.from_pretrained(str(folder))
+        return read_once(lambda: CLIPTokenizer.from_pretrained(str(folder)), folder, "CLIPTokenizer")
     from huggingface_hub import try_to_load_from_cache
 
     # Asked of the cache first: transformers gives back an empty tokenizer for a repo it cannot find locally.
     cached = [try_to_load_from_cache(source, name) for name in ("tokenizer.json", "vocab.json")]
     try:
-        if not any(isinstance(c, str) for c in cached):
+        found = [Path(c) for c in cached if isinstance(c, str)]
+        if not found:
             raise OSError(f"{source} is not in the Hugging Face cache")
-        return CLIPTokenizer.from_pretrained(source, local_files_only=True)
+        snapshot = found[0].parent
+        return read_once(
+            lambda: CLIPTokenizer.from_pretrained(source, local_files_only=True), snapshot, "CLIPTokenizer"
+        )
     except OSError as err:
         raise ValueError(
             f"{what}: no tokenizer: put OpenAI's CLIP tokenizer files (tokenizer.json, or vocab.json and merges.txt, "

@@ -89,7 +89,7 @@ def checked_tokenizer(
     if family.is_clip and folder is not None and not hub:
         _refuse_missing_files(folder, where, hub)
     if family.is_clip and folder is not None and not missing_tokenizer_files(folder):
-        tokenizer = _read_once(read, folder, config)
+        tokenizer = read_once(read, folder, f"model_type={config.model_type}")
     else:  # a snapshot whose files reading downloads, another family's files, or a tokenizer given as an object
         tokenizer = read()
     if family.is_clip:
@@ -101,9 +101,10 @@ def checked_tokenizer(
     return TextSettings(tokenizer, context_length(family, tokenizer, config), lower_cases(family, tokenizer))
 
 
-def _read_once(read: Callable[[], object], folder: Path, config) -> object:
-    """``read()``'s tokenizer, or the one an earlier call read from files of the same content."""
-    digest = hashlib.sha256(f"model_type={config.model_type}".encode())
+def read_once(read: Callable[[], object], folder: Path, how: str) -> object:
+    """``read()``'s tokenizer, or the one an earlier call read the same way (``how``: the class or the model type
+    that picks it) from tokenizer files of the same content in ``folder``."""
+    digest = hashlib.sha256(how.encode())
     for name in TOKENIZER_INPUTS:
         path = folder / name
         if path.is_file():
