@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import tracemalloc
+import pickle
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,16 +21,30 @@ from tests import hostile_shards as H
 MEMBER_BYTES = 64 * 1024
 
 
+# Run in a fresh process: tracemalloc counts the allocations of every thread, and this process's other threads
+# (Ray's, servers' left by other tests) would be counted with the reading's, more so on a loaded host.
+_MEASURE = """
+import json, pickle, sys, tracemalloc
+from capeval.corpus.reader import stream_shard
+shard = pickle.loads(sys.stdin.buffer.read())
+for _ in stream_shard(shard).rows:  # once untraced: what reading imports on first use is not the shard's memory
+    pass
+count = 0
+tracemalloc.start()
+for _ in stream_shard(shard).rows:
+    count += 1
+print(json.dumps([count, tracemalloc.get_traced_memory()[1]]))
+"""
+
+
 def _peak_while_reading(shard) -> tuple[int, int]:
     """(rows read, peak bytes Python allocated while reading them one by one, each dropped once read)."""
-    count = 0
-    tracemalloc.start()
-    try:
-        for _ in stream_shard(shard).rows:
-            count += 1
-        return count, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE], input=pickle.dumps(shard), capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    count, peak = json.loads(done.stdout.decode().splitlines()[-1])
+    return count, peak
 
 
 def _big_tar(path, samples: int) -> None:
