@@ -123,17 +123,19 @@ def test_legacy_eos_token_id_2_of_the_openai_configs_still_loads(tiny_clip_dir, 
 # ---- A tokenizer is read once per content of its files
 
 
-def _counting_reads(monkeypatch) -> list[str]:
+def _counting_reads(monkeypatch, tokenizer_class=None) -> list[str]:
+    """The paths ``tokenizer_class.from_pretrained`` (``AutoTokenizer``'s by default) reads from, from now on."""
     from transformers import AutoTokenizer
 
+    tokenizer_class = tokenizer_class or AutoTokenizer
     reads = []
-    original = AutoTokenizer.from_pretrained.__func__
+    original = tokenizer_class.from_pretrained.__func__
 
     def counted(cls, path, *args, **kwargs):
         reads.append(str(path))
         return original(cls, path, *args, **kwargs)
 
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(counted))
+    monkeypatch.setattr(tokenizer_class, "from_pretrained", classmethod(counted))
     return reads
 
 
@@ -192,14 +194,7 @@ def test_the_bpe_files_beside_two_weights_files_are_read_once(tiny_clip_dir, tmp
             shutil.copy(tiny_clip_dir / file, folder / file)
         folders.append(folder)
     forget_read_tokenizers()
-    reads = []
-    original = CLIPTokenizer.from_pretrained.__func__
-
-    def counted(cls, path, *args, **kwargs):
-        reads.append(str(path))
-        return original(cls, path, *args, **kwargs)
-
-    monkeypatch.setattr(CLIPTokenizer, "from_pretrained", classmethod(counted))
+    reads = _counting_reads(monkeypatch, CLIPTokenizer)
     first, second = (load_tokenizer(folder, f"weights file in {folder}") for folder in folders)
     assert second is first
     assert reads == [str(folders[0])]
