@@ -125,11 +125,12 @@ def test_keeping_the_first_table_alone_scores_differently(longclip_file, world):
 def test_a_transformers_folder_converted_with_the_rule_equals_the_file(longclip_file, world, tmp_path):
     path, _ = longclip_file
     images, captions = world
-    from capeval.clip.longclip_files import LongClipSource, build_longclip_model
+    from capeval.clip.backbones import load_backbone
 
-    folder = save_clip_folder(
-        build_longclip_model(LongClipSource(path), "test"), build_clip_tokenizer(), tmp_path
-    )
+    converted = load_backbone(
+        f"longclip:{path}", device="cpu"
+    ).model  # the file's tensors, in transformers' names
+    folder = save_clip_folder(converted, build_clip_tokenizer(), tmp_path)
     from_file = capeval.CLIPScore(model=f"longclip:{path}", progress=False)(captions, images=images)
     from_folder = capeval.CLIPScore(model=str(folder), progress=False)(captions, images=images)
     assert from_folder["scores"] == pytest.approx(from_file["scores"], abs=1e-6)

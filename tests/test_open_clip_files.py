@@ -568,9 +568,9 @@ def test_a_weights_file_with_pickled_objects_beyond_tensors_is_refused_not_calle
 
 
 def test_missing_tokenizer_is_refused_naming_the_files(tmp_path, monkeypatch):
-    import capeval.clip.open_clip_files as ocf
+    import capeval.clip.openai_weights as ow
 
-    monkeypatch.setattr(ocf, "TOKENIZER_SOURCE", "capeval-tests/absent-tokenizer")
+    monkeypatch.setattr(ow, "TOKENIZER_SOURCE", "capeval-tests/absent-tokenizer")
     path = write_open_clip_file(tiny_model(), tmp_path / "oc", preprocess_cfg=OPENAI_PRE)
     with pytest.raises(
         ValueError, match="no tokenizer: put OpenAI's CLIP tokenizer files .*vocab.json and merges.txt"

@@ -130,25 +130,12 @@ def _architecture(g: ClipGeometry) -> OpenClipArchitecture:
     )
 
 
-def _openai_tensors(file: Path | RegularFile, source: LongClipSource, what: str) -> dict[str, torch.Tensor]:
+def _openai_tensors(file: RegularFile, source: LongClipSource, what: str) -> dict[str, torch.Tensor]:
     """The file's tensors, checked finite, its position tables folded (``openai_state_dict``)."""
     from capeval.clip.checkpoints.files import read_finite_state_dict
 
     sd = read_finite_state_dict(file, what, hint=_TENSORS_ONLY_HINT)
     return openai_state_dict(dict(sd), f"weights file {source.path}")
-
-
-def build_longclip_model(source: LongClipSource, what: str):
-    """A ``CLIPModel`` holding the file's weights (architecture read from the tensors, OpenAI's conventions).
-
-    Raises:
-        ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
-            tensors.
-    """
-    from capeval.clip.openai_weights import clip_model
-
-    sd = _openai_tensors(source.path, source, what)
-    return clip_model(sd, _architecture, f"weights file {source.path}", _KIND)
 
 
 def longclip_fields(source: LongClipSource, file: RegularFile, model: str) -> dict:
@@ -161,7 +148,8 @@ def longclip_fields(source: LongClipSource, file: RegularFile, model: str) -> di
         model: the ``model=`` string, as errors name it.
 
     Raises:
-        ValueError: see ``build_longclip_model``; no tokenizer (OpenAI's BPE beside the file or in the cache).
+        ValueError: unreadable or unsafe file, NaN/inf weights, not a Long-CLIP ViT state dict, missing or unused
+            tensors; no tokenizer (OpenAI's BPE beside the file or in the cache).
     """
     from capeval.clip.families import CLIP
     from capeval.clip.image_constants import OPENAI_IMAGE_MEAN, OPENAI_IMAGE_STD

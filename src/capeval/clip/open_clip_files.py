@@ -37,7 +37,6 @@ from capeval.clip.open_clip_tables import (
     base_name,
     tags_of,
 )
-from capeval.clip.openai_weights import TOKENIZER_SOURCE as OPENAI_TOKENIZER_SOURCE
 from capeval.clip.openai_weights import clip_with_tokenizer
 
 if TYPE_CHECKING:
@@ -50,8 +49,6 @@ _TENSORS_ONLY_HINT = (
     "open_clip saves its weights as a state dict of tensors (model.state_dict()): re-save that from a trusted copy, "
     "or use the safetensors file of its Hub repo."
 )
-# OpenAI's BPE, open_clip's default tokenizer for these ViTs: read from the cache when no tokenizer files are beside.
-TOKENIZER_SOURCE = OPENAI_TOKENIZER_SOURCE
 
 
 @dataclass(frozen=True)
@@ -247,7 +244,6 @@ def open_clip_fields(source: OpenClipSource, file: RegularFile, model: str, chec
         family=OPEN_CLIP_FILE,
         folder=source.path.parent,
         what=what,
-        tokenizer_source=TOKENIZER_SOURCE,
     )
     weights_tag = None
     if checkpoint is not None:

@@ -99,10 +99,9 @@ def clip_with_tokenizer(
     family,
     folder: Path,
     what: str,
-    tokenizer_source: str = TOKENIZER_SOURCE,
 ):
     """``clip_model`` and its tokenizer, checked for the family (``tokenizer_check.checked_tokenizer``): OpenAI's BPE
-    from the files in ``folder`` (beside the weights), else the cached ``tokenizer_source``.
+    from the files in ``folder`` (beside the weights), else the cached ``TOKENIZER_SOURCE``.
 
     Returns:
         ``(model, text)``: the ``CLIPModel`` and the ``TextSettings`` of its tokenizer.
@@ -113,14 +112,12 @@ def clip_with_tokenizer(
     from capeval.clip.tokenizer_check import checked_tokenizer
 
     clip = clip_model(sd, architecture, weights, kind)
-    text = checked_tokenizer(
-        lambda: load_tokenizer(folder, what, tokenizer_source), family, clip.config, what
-    )
+    text = checked_tokenizer(lambda: load_tokenizer(folder, what), family, clip.config, what)
     return clip, text
 
 
-def load_tokenizer(folder: Path, what: str, source: str = TOKENIZER_SOURCE):
-    """OpenAI's BPE tokenizer: from files in ``folder``, else the cached ``source`` one.
+def load_tokenizer(folder: Path, what: str):
+    """OpenAI's BPE tokenizer: from files in ``folder``, else the cached ``TOKENIZER_SOURCE`` one.
 
     Raises:
         ValueError: neither is available (the files to add named).
@@ -131,6 +128,7 @@ def load_tokenizer(folder: Path, what: str, source: str = TOKENIZER_SOURCE):
 
     if not missing_tokenizer_files(folder):
         return read_once(lambda: CLIPTokenizer.from_pretrained(str(folder)), folder, "CLIPTokenizer")
+    source = TOKENIZER_SOURCE
     from huggingface_hub import try_to_load_from_cache
 
     # Asked of the cache first: transformers gives back an empty tokenizer for a repo it cannot find locally.
