@@ -65,6 +65,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound once and released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _serve(handler: type, port: int = 0) -> http.server.ThreadingHTTPServer:
+    """``handler``'s server on 127.0.0.1 (a free port for 0), answering in a daemon thread until ``_stop``."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop(server: http.server.ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 @contextmanager
 def stand_in_hub(
     answer: str, files: dict[str, bytes] | None = None
@@ -85,10 +104,7 @@ def stand_in_hub(
     if answer == "offline":
         yield None, seen
     elif answer == "closed":
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        yield f"http://127.0.0.1:{port}", seen
+        yield f"http://127.0.0.1:{_free_port()}", seen
     elif answer == "silent":
         with socket.socket() as listener:
             # Listening but never accepting: the kernel completes the handshake, no byte ever comes back.
@@ -99,14 +115,11 @@ def stand_in_hub(
         handler = type(
             "Handler", (_Handler,), {"status": int(answer), "files": dict(files or {}), "seen": seen}
         )
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
+        server = _serve(handler)
         try:
             yield f"http://127.0.0.1:{server.server_address[1]}", seen
         finally:
-            server.shutdown()
-            server.server_close()
+            _stop(server)
 
 
 class SwitchingHub:
@@ -115,9 +128,7 @@ class SwitchingHub:
     stopped, or not started yet). ``seen[answer]`` lists the requests received while that answer was given."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.seen: dict[str, list[str]] = {}
         self._handler = type("Handler", (_Handler,), {"status": 404, "files": {}, "seen": []})
@@ -133,13 +144,11 @@ class SwitchingHub:
             return
         self._handler.status = int(answer)
         if self._server is None:
-            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
-            threading.Thread(target=self._server.serve_forever, daemon=True).start()
+            self._server = _serve(self._handler, self.port)
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            _stop(self._server)
             self._server = None
 
 
