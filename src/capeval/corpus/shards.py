@@ -325,6 +325,9 @@ def _parquet_rows(shard: Shard, chosen: dict[str, Any], fh) -> Iterator[ShardRow
             if index in table.problems:
                 row.error = f"row {row.key if row.key is not None else index}: {table.problems[index]}"
             yield row
+        # Let go of this row group's values before the next is read: otherwise two row groups of Python values
+        # are held at once, and three while a read buffer waits for a busy thread to free it.
+        del values, keys, refs
 
 
 @dataclass(frozen=True)
