@@ -75,6 +75,8 @@ def main() -> None:
         counts = {"clipscore_call": encoded, "world": state.num_processes, "backend": state.backend}
     with open(os.path.join(out_dir, f"{mode}-rank{rank}.json"), "w") as fh:
         json.dump({"results": results, "counts": counts}, fh)
+    if torch.distributed.is_initialized():  # as PyTorch asks of a launched script, once no collective is left
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -158,17 +158,32 @@ def test_what_a_shard_held_is_freed_once_it_is_written(tmp_path, tiny_clip_dir, 
     assert old_alive == [0] * (rows // chunk)
 
 
+# What `python -m capeval.cli` runs, then what the command left for the interpreter's exit to end.
+LAUNCHED_COMMAND = """
+import sys
+import torch.distributed
+from capeval.cli import main
+code = main(sys.argv[1:])
+print(f"process group left running: {torch.distributed.is_initialized()}")
+sys.exit(code)
+"""
+
+
 def test_two_processes_share_the_shards_and_write_the_same_output(small_run, tmp_path, tiny_clip_dir):
     corpus, reference = small_run
     out = tmp_path / "out"
+    command = tmp_path / "command.py"
+    command.write_text(LAUNCHED_COMMAND)
     launched = subprocess.run(
         [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "--module", "capeval.cli", *score_args(corpus, out, tiny_clip_dir),
+            str(command), *score_args(corpus, out, tiny_clip_dir),
         ],
         env=_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert launched.returncode == 0, (launched.stdout + launched.stderr)[-12000:]
+    # Each process ended the group the command started: gloo's threads left to the exit can abort a process.
+    assert launched.stdout.count("process group left running: False") == 2, launched.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["shards_scored_now"] == SHARDS
     got, want = read_scores(out), read_scores(reference)

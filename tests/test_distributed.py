@@ -17,6 +17,7 @@ from capeval.clip.text_encoding import encode_texts
 from capeval.corpus.distributed import (
     SingleProcess,
     process_state,
+    release_process_group,
     score_distributed,
     sharded_encode_images,
     sharded_encode_texts,
@@ -127,3 +128,33 @@ def test_scoring_outside_a_distributed_launch_leaves_no_accelerate_state(tiny_cl
     images = [np.zeros((8, 8, 3), np.uint8)]
     score_distributed("clipscore", ["x"], images=images, model=str(tiny_clip_dir))
     assert isinstance(process_state(), SingleProcess) and not PartialState._shared_state
+
+
+def test_a_process_group_the_caller_started_is_never_ended_by_capeval(tmp_path, monkeypatch):
+    import torch
+    import torch.distributed as dist
+    from accelerate import PartialState
+
+    assert not dist.is_initialized()  # no test leaves a group behind
+    earlier = dict(PartialState._shared_state)  # a Trainer's, say: put back after
+    PartialState._reset_state()
+    # The caller's group (one process here), with the variables of a launch, so that capeval takes accelerate's
+    # state; accelerate writes these variables itself (monkeypatch puts them back), and would set this process's
+    # torch threads if OMP_NUM_THREADS were unset.
+    threads = torch.get_num_threads()
+    launch = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    others = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "OMP_NUM_THREADS": str(threads)}
+    for name, value in {**launch, **others}.items():
+        monkeypatch.setenv(name, value)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        state = process_state("cpu")
+        assert not isinstance(state, SingleProcess) and state.num_processes == 1
+        assert release_process_group() is False
+        assert dist.is_initialized() and PartialState._shared_state
+    finally:
+        dist.destroy_process_group()
+        PartialState._reset_state()
+        PartialState._shared_state.update(earlier)
+    assert release_process_group() is False  # nothing was started here
+    assert torch.get_num_threads() == threads

@@ -394,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         message = err.command_line if isinstance(err, HubModelUnavailableError) else err
         print(f"capeval: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        distributed = sys.modules.get("capeval.corpus.distributed")  # imported only where a command scored
+        if distributed is not None:
+            distributed.release_process_group()
 
 
 if __name__ == "__main__":

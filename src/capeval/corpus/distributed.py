@@ -53,13 +53,19 @@ class SingleProcess:
         return None
 
 
+_GROUP_STARTED_HERE = False  # whether process_state started this process's group, rather than a caller
+
+
 def process_state(device: str | torch.device | None = None):
     """This process's place in a distributed launch: accelerate's ``PartialState`` under ``torchrun`` /
     ``accelerate launch`` (or once a Trainer or Accelerator set one up), else ``SingleProcess()``.
 
     On a machine without GPUs, or when ``device`` names the CPU, processes talk over gloo; with GPUs each
-    process gets its own (``state.device``) and NCCL.
+    process gets its own (``state.device``) and NCCL. A group started here is the caller's to end, once no
+    process needs it (``torch.distributed.destroy_process_group()``; ``capeval``'s commands call
+    ``release_process_group``).
     """
+    global _GROUP_STARTED_HERE
     if "accelerate" in sys.modules:  # a Trainer, an Accelerator or a previous call may have set one up
         from accelerate import PartialState
 
@@ -73,7 +79,28 @@ def process_state(device: str | torch.device | None = None):
         "accelerate", "corpus", "scoring across the processes of a launch (torchrun, accelerate launch)"
     )
     cpu = not torch.cuda.is_available() or (device is not None and torch.device(device).type == "cpu")
-    return accelerate.PartialState(cpu=cpu)
+    started = not torch.distributed.is_initialized()
+    state = accelerate.PartialState(cpu=cpu)
+    _GROUP_STARTED_HERE = _GROUP_STARTED_HERE or (started and torch.distributed.is_initialized())
+    return state
+
+
+def release_process_group() -> bool:
+    """End the process group ``process_state`` started (never one a caller started): at the end of a command, after
+    its last collective. Left to the interpreter's exit, gloo's threads can abort a process whose work is done
+    (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#190489). Returns whether one ended.
+    """
+    global _GROUP_STARTED_HERE
+    if not _GROUP_STARTED_HERE:
+        return False
+    _GROUP_STARTED_HERE = False
+    if not torch.distributed.is_initialized():
+        return False
+    from accelerate import PartialState
+
+    torch.distributed.destroy_process_group()
+    PartialState._reset_state()  # a later process_state in this process must not return the ended group's state
+    return True
 
 
 def _blocks(n: int, size: int) -> list[range]:
