@@ -273,6 +273,21 @@ def test_dir_of_the_package_is_its_public_names_and_dunders_only():
     assert {"sys", "importlib", "import_module", "lazy_exports", "annotations"}.isdisjoint(names)
 
 
+def test_every_package_face_imports_its_names_on_first_use():
+    # One style of package face: the public names are a table for capeval._lazy, imported when first asked for,
+    # so importing a package (or any module in it) imports no other module of the package.
+    eager = {}
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        imported = [node.module for node in tree.body if isinstance(node, ast.ImportFrom)]
+        imported += [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
+        defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        rest = [m for m in imported if m not in ("__future__", "capeval._lazy")] + defined
+        if rest:
+            eager[str(init.relative_to(PACKAGE))] = rest
+    assert eager == {}
+
+
 def test_every_public_name_resolves_from_a_bare_import():
     assert [name for name in capeval.__all__ if not hasattr(capeval, name)] == []
     with pytest.raises(AttributeError, match="has no attribute 'NotAName'"):

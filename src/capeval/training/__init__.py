@@ -7,30 +7,20 @@
 
 from __future__ import annotations
 
-from capeval.training.pacs import (
-    BATCH_SIZE,
-    LAMBDA_T,
-    LAMBDA_V,
-    LR,
-    PATIENCE,
-    PACSTrainConfig,
-    TrainResult,
-    info_nce,
-    pacs_loss,
-    train_pacs,
-    validation_loss,
-)
+from capeval._lazy import lazy_exports
 
-__all__ = [
-    "BATCH_SIZE",
-    "LAMBDA_T",
-    "LAMBDA_V",
-    "LR",
-    "PATIENCE",
-    "PACSTrainConfig",
-    "TrainResult",
-    "info_nce",
-    "pacs_loss",
-    "train_pacs",
-    "validation_loss",
-]
+_PUBLIC = {
+    "BATCH_SIZE": "capeval.training.pacs",
+    "LAMBDA_T": "capeval.training.pacs",
+    "LAMBDA_V": "capeval.training.pacs",
+    "LR": "capeval.training.pacs",
+    "PATIENCE": "capeval.training.pacs",
+    "PACSTrainConfig": "capeval.training.pacs",
+    "TrainResult": "capeval.training.pacs",
+    "info_nce": "capeval.training.pacs",
+    "pacs_loss": "capeval.training.pacs",
+    "train_pacs": "capeval.training.pacs",
+    "validation_loss": "capeval.training.pacs",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

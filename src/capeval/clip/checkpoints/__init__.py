@@ -20,57 +20,36 @@ checkpoint must be used.
 
 from __future__ import annotations
 
-from capeval.clip.checkpoints.convert import convert_pacscore_checkpoint, save_model_folder, write_model_card
-from capeval.clip.checkpoints.files import read_model_folder, read_state_dict, torch_load_weights
-from capeval.clip.checkpoints.hashes import file_sha256, weights_sha256
-from capeval.clip.checkpoints.layout import (
-    HEAD_WIDTH,
-    PACS_BASE_MODELS,
-    CheckpointWarning,
-    ClipGeometry,
-    base_model_for,
-    check_architecture,
-    check_config_heads,
-    convert_openai_state_dict,
-    copy_into,
-    is_transformers_layout,
-)
-from capeval.clip.checkpoints.load import (
-    PACS_REPO_URL,
-    PACS_WEIGHTS_URL,
-    checkpoint_geometry,
-    checkpoint_tensors,
-    load_checkpoint_into,
-    missing_checkpoint_help,
-)
-from capeval.clip.checkpoints.locate import PROVENANCE_FILE, ResolvedCheckpoint, resolve_checkpoint
+from capeval._lazy import lazy_exports
 
-__all__ = [
-    "HEAD_WIDTH",
-    "PACS_BASE_MODELS",
-    "PACS_REPO_URL",
-    "PACS_WEIGHTS_URL",
-    "PROVENANCE_FILE",
-    "CheckpointWarning",
-    "ClipGeometry",
-    "ResolvedCheckpoint",
-    "base_model_for",
-    "check_architecture",
-    "check_config_heads",
-    "checkpoint_geometry",
-    "checkpoint_tensors",
-    "convert_openai_state_dict",
-    "convert_pacscore_checkpoint",
-    "copy_into",
-    "file_sha256",
-    "is_transformers_layout",
-    "load_checkpoint_into",
-    "missing_checkpoint_help",
-    "read_model_folder",
-    "read_state_dict",
-    "resolve_checkpoint",
-    "save_model_folder",
-    "torch_load_weights",
-    "weights_sha256",
-    "write_model_card",
-]
+_PUBLIC = {
+    "HEAD_WIDTH": "capeval.clip.checkpoints.layout",
+    "PACS_BASE_MODELS": "capeval.clip.checkpoints.layout",
+    "PACS_REPO_URL": "capeval.clip.checkpoints.load",
+    "PACS_WEIGHTS_URL": "capeval.clip.checkpoints.load",
+    "PROVENANCE_FILE": "capeval.clip.checkpoints.locate",
+    "CheckpointWarning": "capeval.clip.checkpoints.layout",
+    "ClipGeometry": "capeval.clip.checkpoints.layout",
+    "ResolvedCheckpoint": "capeval.clip.checkpoints.locate",
+    "base_model_for": "capeval.clip.checkpoints.layout",
+    "check_architecture": "capeval.clip.checkpoints.layout",
+    "check_config_heads": "capeval.clip.checkpoints.layout",
+    "checkpoint_geometry": "capeval.clip.checkpoints.load",
+    "checkpoint_tensors": "capeval.clip.checkpoints.load",
+    "convert_openai_state_dict": "capeval.clip.checkpoints.layout",
+    "convert_pacscore_checkpoint": "capeval.clip.checkpoints.convert",
+    "copy_into": "capeval.clip.checkpoints.layout",
+    "file_sha256": "capeval.clip.checkpoints.hashes",
+    "is_transformers_layout": "capeval.clip.checkpoints.layout",
+    "load_checkpoint_into": "capeval.clip.checkpoints.load",
+    "missing_checkpoint_help": "capeval.clip.checkpoints.load",
+    "read_model_folder": "capeval.clip.checkpoints.files",
+    "read_state_dict": "capeval.clip.checkpoints.files",
+    "resolve_checkpoint": "capeval.clip.checkpoints.locate",
+    "save_model_folder": "capeval.clip.checkpoints.convert",
+    "torch_load_weights": "capeval.clip.checkpoints.files",
+    "weights_sha256": "capeval.clip.checkpoints.hashes",
+    "write_model_card": "capeval.clip.checkpoints.convert",
+}
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())
