@@ -5,9 +5,10 @@ scene is a colour, a shape and a position (5 x 3 x 5 = 75 scenes); ``draw`` rend
 ``caption`` gives its canonical English caption and ``paraphrase`` other wordings. The committed model
 at ``shapes_clip_path()`` was trained on these drawings by ``scripts/train_shapes_clip.py``.
 
-This module is the world's public face: the scenes and their wordings live in
-``capeval.shapes.scenes``, the drawing in ``capeval.shapes.drawing``; it re-exports both and
-holds the committed model's path and the example folders built from the world.
+This package is the world's public face: the scenes and their wordings live in
+``capeval.shapes.scenes``, the drawing in ``capeval.shapes.drawing``, the committed model's path and the
+example folders built from the world in ``capeval.shapes.examples``; their names are imported from here on
+first use.
 
 ``rng`` arguments accept a ``random.Random``, a ``numpy.random.Generator`` or an int seed. This module
 needs only PIL (no torch).
